@@ -1,0 +1,26 @@
+"""aotfx: ahead-of-time autograd for PyTorch on torch.fx.
+
+Trace a function's forward and backward into ATen-level FX graphs, hand them to
+the backend compiler of your choice, and get back a callable that behaves like
+the eager function.
+"""
+
+from aot.api import AOTFunction, AOTModule, aot_export_joint, aot_function, aot_module, aot_module_simplified
+from aot.backends import boxed_nop, eager, make_boxed_func, nop
+from aot.partition import default_partition
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AOTFunction",
+    "AOTModule",
+    "aot_export_joint",
+    "aot_function",
+    "aot_module",
+    "aot_module_simplified",
+    "boxed_nop",
+    "default_partition",
+    "eager",
+    "make_boxed_func",
+    "nop",
+]

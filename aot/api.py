@@ -1,0 +1,381 @@
+"""Public entry points: ``aot_function``, ``aot_module``, ``aot_module_simplified``, ``aot_export_joint``.
+
+The signatures follow torch's AOTAutograd, so a backend written for it ports by
+changing one import. A compiled function keeps one entry per input signature
+(``aot.signature``) and traces again whenever the signature changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
+
+from aot.backends import nop
+from aot.config import AOTConfig, Compiler, PartitionFn
+from aot.core import CompiledEntry, compile_core
+from aot.partition import default_partition
+from aot.signature import input_signature
+from aot.trace import trace_joint
+from meta.collect import collect_meta
+from wrappers import Stage, compile_through, default_layers
+
+__all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
+
+
+def _leaf_names(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """A readable name for every flattened leaf of ``(args, kwargs)``: ``x``, ``inputs_0_key``."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_name = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    names = []
+    for path, _ in tree_flatten_with_path((args, kwargs))[0]:
+        top, first, rest = path[0], path[1], path[2:]
+        if isinstance(top, SequenceKey) and top.idx == 0:
+            index = getattr(first, "idx", 0)
+            base = positional[index] if index < len(positional) else f"{var_name}_{index - len(positional)}"
+        else:
+            base = str(getattr(first, "key", first))
+        names.append(base + "".join(f"_{getattr(k, 'idx', getattr(k, 'key', k))}" for k in rest))
+    return names
+
+
+@dataclass
+class _CallingConvention:
+    """How one signature's pytree call maps to the flat tensors the stack compiles."""
+
+    tensor_positions: list[int]
+    out_spec: TreeSpec | None = None
+    out_template: list[Any] | None = None
+
+
+class AOTFunction:
+    """A function compiled ahead of time, one compiled entry per input signature.
+
+    ``entries`` lists what was compiled (graphs, meta, timings) for inspection.
+    """
+
+    def __init__(self, fn: Callable[..., Any], config: AOTConfig, leading_names: Sequence[str] = ()) -> None:
+        self.fn = fn
+        self.config = config
+        self._leading_names = list(leading_names)
+        self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def entries(self) -> list[CompiledEntry]:
+        return [entry for entry, _ in self._cache.values()]
+
+    def report(self) -> str:
+        """Every compiled entry's graphs, meta and saved activations, as text."""
+        from aot.inspect import report
+
+        return "\n\n".join(report(entry) for entry in self.entries)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = tree_flatten((args, kwargs))
+        key = input_signature(leaves, spec, lambda position: self._names(args, kwargs)[position])
+        found = self._cache.get(key)
+        if found is None:
+            with self._lock:
+                found = self._cache.get(key) or self._compile(args, kwargs, leaves, spec, key)
+        entry, convention = found
+        assert entry.runtime is not None and convention.out_spec is not None and convention.out_template is not None
+        outs = entry.runtime([leaves[i] for i in convention.tensor_positions])
+        if convention.out_spec.is_leaf():
+            return outs[0] if outs else convention.out_template[0]
+        out_leaves = list(convention.out_template)
+        tensor_iter = iter(outs)
+        for position, value in enumerate(out_leaves):
+            if value is _TENSOR:
+                out_leaves[position] = next(tensor_iter)
+        return tree_unflatten(out_leaves, convention.out_spec)
+
+    def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        names = _leaf_names(self.fn, args, kwargs)
+        names[: len(self._leading_names)] = self._leading_names
+        return names
+
+    def _flat(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec
+    ) -> tuple[Stage, _CallingConvention]:
+        """The flat function over the tensor leaves, with the call's other leaves baked in."""
+        positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        convention = _CallingConvention(positions)
+        fn = self.fn
+
+        def flat_fn(*tensors: torch.Tensor) -> list[torch.Tensor]:
+            filled = list(template)
+            for position, tensor in zip(positions, tensors, strict=True):
+                filled[position] = tensor
+            call_args, call_kwargs = tree_unflatten(filled, spec)
+            out_leaves, out_spec = tree_flatten(fn(*call_args, **call_kwargs))
+            convention.out_spec = out_spec
+            convention.out_template = [_TENSOR if isinstance(v, torch.Tensor) else v for v in out_leaves]
+            return [v for v in out_leaves if isinstance(v, torch.Tensor)]
+
+        names = self._names(args, kwargs)
+        tensors = [leaves[i] for i in positions]
+        meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        return Stage(flat_fn, tensors, meta), convention
+
+    def _compile(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec, key: Hashable
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        start = time.perf_counter()
+        stage, convention = self._flat(args, kwargs, leaves, spec)
+        entry = CompiledEntry(meta=stage.meta)
+        entry.runtime = compile_through(default_layers(), stage, partial(compile_core, config=self.config, entry=entry))
+        entry.compile_seconds = time.perf_counter() - start
+        self._cache[key] = (entry, convention)
+        return entry, convention
+
+
+class _TensorSlot:
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+
+_TENSOR = _TensorSlot()
+
+
+def _make_config(
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None,
+    partition_fn: PartitionFn | None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None,
+    num_params_buffers: int,
+    keep_inference_input_mutations: bool,
+    inference_compiler: Compiler | None,
+    dynamic: bool,
+) -> AOTConfig:
+    if dynamic:
+        raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
+    return AOTConfig(
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler or fw_compiler,
+        inference_compiler=inference_compiler or fw_compiler,
+        partition_fn=partition_fn or default_partition,
+        decompositions=dict(decompositions or {}),
+        num_params_buffers=num_params_buffers,
+        keep_inference_input_mutations=keep_inference_input_mutations,
+    )
+
+
+def aot_function(
+    fn: Callable[..., Any],
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
+    partition_fn: PartitionFn | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    num_params_buffers: int = 0,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Compiler | None = None,
+    *,
+    dynamic: bool = False,
+    enable_log: bool = True,
+) -> AOTFunction:
+    """Compile ``fn`` ahead of time: trace forward and backward, hand each graph to its compiler.
+
+    Args:
+        fn: takes (pytrees of) tensors and Python constants, returns (pytrees of) tensors.
+        fw_compiler: compiles the forward graph; also the backward and inference
+            graphs when those compilers are not given.
+        bw_compiler: compiles the backward graph, on the first backward.
+        partition_fn: splits the joint graph; torch's partitioner convention.
+        decompositions: ATen op -> Python decomposition, applied while tracing.
+        num_params_buffers: how many leading tensor inputs are parameters/buffers.
+        keep_inference_input_mutations: let an inference graph keep its input mutations.
+        inference_compiler: compiles the graph used when no gradient is needed.
+
+    Returns:
+        A callable with ``fn``'s calling convention that behaves as ``fn`` does
+        eagerly: same values, gradients, aliasing and ``requires_grad``.
+    """
+    config = _make_config(
+        fw_compiler,
+        bw_compiler,
+        partition_fn,
+        decompositions,
+        num_params_buffers,
+        keep_inference_input_mutations,
+        inference_compiler,
+        dynamic,
+    )
+    return AOTFunction(fn, config)
+
+
+def _named_tensors(module: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str, bool]]]:
+    """Parameters then buffers, each as the list of (owner, attribute, is_buffer) it is bound to.
+
+    A tensor bound under several names (tied weights) is one group, one graph input.
+    """
+    groups: dict[int, list[tuple[torch.nn.Module, str, bool]]] = {}
+    for is_buffer, named in ((False, module.named_parameters), (True, module.named_buffers)):
+        for name, tensor in named(remove_duplicate=False):
+            owner_path, _, attr = name.rpartition(".")
+            owner = module.get_submodule(owner_path)
+            groups.setdefault(id(tensor), []).append((owner, attr, is_buffer))
+    return list(groups.values())
+
+
+@contextlib.contextmanager
+def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Sequence[torch.Tensor]) -> Iterator[None]:
+    """Temporarily bind ``tensors`` in place of the module's parameters and buffers."""
+    saved = []
+    try:
+        for group, tensor in zip(groups, tensors, strict=True):
+            for owner, attr, is_buffer in group:
+                table = owner._buffers if is_buffer else owner._parameters
+                saved.append((table, attr, table[attr]))
+                table[attr] = tensor  # type: ignore[assignment]
+        yield
+    finally:
+        for table, attr, original in reversed(saved):
+            table[attr] = original  # type: ignore[assignment]
+
+
+class AOTModule(torch.nn.Module):
+    """An ``nn.Module`` whose forward runs compiled; parameters and buffers are graph inputs."""
+
+    def __init__(self, module: torch.nn.Module, config: AOTConfig) -> None:
+        super().__init__()
+        self.orig_module = module
+        groups = _named_tensors(module)
+        self._groups = groups
+        names = [self._qualified(module, owner, attr) for owner, attr, _ in (group[0] for group in groups)]
+        num = len(groups)
+
+        def functional_call(*args: Any, **kwargs: Any) -> Any:
+            with _bound(groups, args[:num]):
+                return module(*args[num:], **kwargs)
+
+        self._compiled = AOTFunction(functional_call, config, leading_names=names)
+
+    @staticmethod
+    def _qualified(root: torch.nn.Module, owner: torch.nn.Module, attr: str) -> str:
+        for path, sub in root.named_modules(remove_duplicate=False):
+            if sub is owner:
+                return f"{path}.{attr}" if path else attr
+        return attr
+
+    def _current_tensors(self) -> list[torch.Tensor]:
+        tensors: list[torch.Tensor] = []
+        for owner, attr, is_buffer in (group[0] for group in self._groups):
+            tensor = (owner._buffers if is_buffer else owner._parameters)[attr]
+            assert tensor is not None, f"{attr} of {type(owner).__name__} was set to None"
+            tensors.append(tensor)
+        return tensors
+
+    @property
+    def compiled(self) -> AOTFunction:
+        return self._compiled
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*self._current_tensors(), *args, **kwargs)
+
+
+def aot_module(
+    mod: torch.nn.Module,
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
+    partition_fn: PartitionFn | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Compiler | None = None,
+    *,
+    dynamic: bool = False,
+) -> AOTModule:
+    """Compile ``mod``'s forward ahead of time; its parameters and buffers become graph inputs.
+
+    Gradients land in the parameters' ``.grad`` as in eager. Parameters are read
+    at every call, so optimizer steps (in place) and replaced parameters are seen.
+    """
+    config = _make_config(
+        fw_compiler,
+        bw_compiler,
+        partition_fn,
+        decompositions,
+        len(_named_tensors(mod)),
+        keep_inference_input_mutations,
+        inference_compiler,
+        dynamic,
+    )
+    return AOTModule(mod, config)
+
+
+def aot_module_simplified(
+    mod: torch.nn.Module,
+    args: Sequence[Any],
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
+    partition_fn: PartitionFn | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Compiler | None = None,
+    **_ignored: Any,
+) -> Callable[..., Any]:
+    """The entry a ``torch.compile`` backend calls: returns ``forward(*runtime_args)``.
+
+    ``args`` are Dynamo's example inputs (possibly fake); compilation happens on
+    the first real call, for that call's signature.
+    """
+    compiled = aot_module(
+        mod,
+        fw_compiler,
+        bw_compiler,
+        partition_fn,
+        decompositions,
+        keep_inference_input_mutations,
+        inference_compiler,
+    )
+
+    def forward(*runtime_args: Any) -> Any:
+        return compiled(*runtime_args)
+
+    forward.zero_grad = mod.zero_grad  # type: ignore[attr-defined]
+    forward.named_parameters = mod.named_parameters  # type: ignore[attr-defined]
+    forward.named_buffers = mod.named_buffers  # type: ignore[attr-defined]
+    forward.compiled = compiled.compiled  # type: ignore[attr-defined]
+    return forward
+
+
+def aot_export_joint(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> fx.GraphModule:
+    """The joint graph ``(primals..., tangents...) -> (outputs..., grads...)`` of ``fn`` on ``args``.
+
+    The graph is what the core would partition: outputs that alias inputs or
+    intermediates are already regenerated outside it. ``gm.meta["aot_meta"]``
+    holds the user-level ``ViewAndMutationMeta``.
+    """
+    config = _make_config(nop, None, None, decompositions, 0, False, None, False)
+    compiled = AOTFunction(fn, config)
+    call_kwargs = dict(kwargs or {})
+    leaves, spec = tree_flatten((tuple(args), call_kwargs))
+    stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
+    joint: list[fx.GraphModule] = []
+
+    def trace_only(inner: Stage) -> Any:
+        joint.append(trace_joint(inner.fn, inner.args, inner.meta, config.decompositions))
+        return lambda flat_args: []
+
+    compile_through(default_layers(), stage, trace_only)
+    joint[0].meta["aot_meta"] = stage.meta
+    return joint[0]

@@ -1,0 +1,57 @@
+"""Reference backend compilers: a baseline for users and tests.
+
+A compiler takes ``(GraphModule, example_inputs)`` and returns a callable.
+A *plain* callable takes the graph inputs positionally; a *boxed* one (marked
+``_boxed_call = True``) takes one list, which it may clear to free inputs early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.fx as fx
+
+__all__ = ["boxed_nop", "eager", "make_boxed_func", "nop", "to_boxed"]
+
+
+def make_boxed_func(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
+    """Wrap a plain callable into the boxed convention."""
+
+    def boxed(args: list[Any]) -> Any:
+        values = list(args)
+        args.clear()
+        return fn(*values)
+
+    boxed._boxed_call = True  # type: ignore[attr-defined]
+    return boxed
+
+
+def to_boxed(compiled: Callable[..., Any]) -> Callable[[list[Any]], Any]:
+    """Whatever a compiler returned, as a boxed callable."""
+    if getattr(compiled, "_boxed_call", False):
+        return compiled
+
+    def boxed(args: list[Any]) -> Any:
+        return compiled(*args)
+
+    return boxed
+
+
+def nop(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Runs the GraphModule's generated Python as it is."""
+    return gm
+
+
+def boxed_nop(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[[list[Any]], Any]:
+    """``nop`` in the boxed convention."""
+    return make_boxed_func(gm.forward)
+
+
+def eager(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Interprets the graph node by node with ``torch.fx.Interpreter``: slow, obviously faithful."""
+
+    def run(*args: Any) -> Any:
+        return fx.Interpreter(gm).run(*args)
+
+    return run

@@ -1,0 +1,72 @@
+"""The core: trace, partition, hand each graph to its compiler, wrap in autograd.
+
+Below every layer, the flat function has no aliasing outputs; the core decides
+between a training graph pair (some output needs a gradient and grad mode is on)
+and a single inference graph, and records every graph on the entry for
+inspection.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from aot.autograd import make_training_runtime
+from aot.backends import to_boxed
+from aot.config import AOTConfig
+from aot.trace import example_inputs, trace_inference, trace_joint
+from meta.view_and_mutation import ViewAndMutationMeta
+from wrappers.base import Runtime, Stage
+
+__all__ = ["CompiledEntry", "compile_core"]
+
+
+@dataclass
+class CompiledEntry:
+    """One compiled input signature: its meta, its graphs, its runtime."""
+
+    meta: ViewAndMutationMeta
+    core_meta: ViewAndMutationMeta | None = None
+    joint: fx.GraphModule | None = None
+    forward: fx.GraphModule | None = None
+    backward: fx.GraphModule | None = None
+    inference: fx.GraphModule | None = None
+    compile_seconds: float = 0.0
+    backward_compile_seconds: float = 0.0
+    runtime: Runtime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runtime:
+    """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
+    meta = stage.meta
+    entry.core_meta = meta
+    if torch.is_grad_enabled() and meta.requires_autograd:
+        joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
+        entry.joint = joint
+        num_outputs = len(meta.output_info)
+        forward_gm, backward_gm = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
+        entry.forward, entry.backward = forward_gm, backward_gm
+        forward = to_boxed(config.fw_compiler(forward_gm, example_inputs(forward_gm)))
+
+        def compile_backward() -> Any:
+            start = time.perf_counter()
+            compiled = to_boxed(config.bw_compiler(backward_gm, example_inputs(backward_gm)))
+            entry.backward_compile_seconds = time.perf_counter() - start
+            return compiled
+
+        return make_training_runtime(forward, compile_backward, meta)
+
+    inference_gm = trace_inference(stage.fn, stage.args, meta, config.decompositions)
+    entry.inference = inference_gm
+    compiled = to_boxed(config.inference_compiler(inference_gm, example_inputs(inference_gm)))
+
+    def run_inference(args: list[torch.Tensor]) -> list[Any]:
+        with torch.no_grad():
+            return list(compiled(list(args)))
+
+    return run_inference

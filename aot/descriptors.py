@@ -1,0 +1,56 @@
+"""Typed descriptors stored in ``node.meta["desc"]``: which input or output a graph value is.
+
+Placeholders and outputs of every graph aotfx hands a backend carry one, so a
+backend or a report can ask "which user input is ``primals_3``?" without parsing
+names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meta.indices import GraphArg, GraphOut
+
+__all__ = ["DESC", "Descriptor", "ForwardOutput", "Grad", "Primal", "Saved", "Tangent"]
+
+DESC = "desc"
+
+
+@dataclass(frozen=True)
+class Primal:
+    """A graph input: the tensor argument ``arg`` of the flat function, named ``name``."""
+
+    arg: GraphArg
+    name: str
+
+
+@dataclass(frozen=True)
+class Tangent:
+    """The incoming gradient of forward output ``out``."""
+
+    out: GraphOut
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    """Output ``out`` of the flat function."""
+
+    out: GraphOut
+
+
+@dataclass(frozen=True)
+class Grad:
+    """The gradient of input ``arg``."""
+
+    arg: GraphArg
+    name: str
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A value the forward saves for the backward."""
+
+    name: str
+
+
+Descriptor = Primal | Tangent | ForwardOutput | Grad | Saved

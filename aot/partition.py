@@ -1,0 +1,111 @@
+"""Split a joint graph into a forward and a backward graph.
+
+The convention matches torch's partitioners, so one written for torch plugs in:
+``partition_fn(joint_module, joint_inputs, *, num_fwd_outputs)`` returns
+``(forward, backward)`` where the forward returns its outputs followed by the
+values saved for the backward, and the backward takes those saved values
+followed by the tangents and returns one gradient per primal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import torch
+import torch.fx as fx
+
+from aot.descriptors import DESC, Saved, Tangent
+
+__all__ = ["default_partition", "output_values", "saved_values"]
+
+
+def output_values(gm: fx.GraphModule) -> list[Any]:
+    """The values a graph returns, in order."""
+    return list(cast(Sequence[Any], gm.graph.output_node().args[0]))
+
+
+def _is_tangent(node: fx.Node) -> bool:
+    desc = node.meta.get(DESC)
+    return isinstance(desc, Tangent) if desc is not None else node.name.startswith("tangents")
+
+
+def _ancestors(roots: Iterable[Any], stop: set[fx.Node] | None = None) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = [root for root in roots if isinstance(root, fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in seen or (stop is not None and node in stop):
+            continue
+        seen.add(node)
+        stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _is_random(node: fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def default_partition(
+    joint_module: fx.GraphModule, _joint_inputs: Any = None, *, num_fwd_outputs: int
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward: what the outputs need. Backward: the rest. Saved: forward values the backward reads.
+
+    A value computed from primals alone but needed only by the backward (a
+    weight's transpose, say) is computed in the backward, so it is not saved:
+    the backward saves its inputs instead, which the forward holds anyway.
+    Random ops always stay in the forward so the backward sees the same draw.
+    """
+    graph = joint_module.graph
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    primals = [node for node in placeholders if not _is_tangent(node)]
+    tangents = [node for node in placeholders if _is_tangent(node)]
+    outputs = output_values(joint_module)
+    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
+
+    tangent_dependent = set(tangents)
+    for node in graph.nodes:
+        if any(arg in tangent_dependent for arg in node.all_input_nodes):
+            tangent_dependent.add(node)
+    backward_side = _ancestors(grads)
+    random_in_backward = [n for n in backward_side if _is_random(n) and n not in tangent_dependent]
+    forward_nodes = _ancestors([*fwd_outputs, *random_in_backward]) | set(primals)
+    backward_nodes = _ancestors(grads, stop=forward_nodes) | set(tangents)
+
+    saved = [
+        node for node in graph.nodes if node in forward_nodes and any(user in backward_nodes for user in node.users)
+    ]
+    forward = _extract(joint_module, primals, forward_nodes, [*fwd_outputs, *saved])
+    backward = _extract(joint_module, [*saved, *tangents], backward_nodes, grads)
+    forward_output = forward.graph.output_node()
+    output_descs = list(graph.output_node().meta.get(DESC, []))[:num_fwd_outputs]
+    forward_output.meta[DESC] = output_descs + [Saved(node.name) for node in saved]
+    for node in backward.graph.nodes:
+        if node.op == "placeholder" and node.name in {s.name for s in saved}:
+            node.meta[DESC] = Saved(node.name)
+    backward.graph.output_node().meta[DESC] = list(graph.output_node().meta.get(DESC, []))[num_fwd_outputs:]
+    return forward, backward
+
+
+def _extract(
+    joint_module: fx.GraphModule, inputs: list[fx.Node], nodes: set[fx.Node], outputs: list[Any]
+) -> fx.GraphModule:
+    """A new graph taking ``inputs`` as placeholders, copying ``nodes`` in order, returning ``outputs``."""
+    new_graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in inputs:
+        placeholder = new_graph.placeholder(node.name)
+        placeholder.meta = dict(node.meta)
+        env[node] = placeholder
+    for node in joint_module.graph.nodes:
+        if node in nodes and node not in env and node.op != "placeholder" and node.op != "output":
+            env[node] = new_graph.node_copy(node, lambda arg: env[arg])
+    new_graph.output([env[out] if isinstance(out, fx.Node) else out for out in outputs])
+    new_graph.eliminate_dead_code()
+    return fx.GraphModule(joint_module, new_graph)
+
+
+def saved_values(forward: fx.GraphModule, num_fwd_outputs: int) -> list[fx.Node]:
+    """The nodes a partitioned forward returns for the backward."""
+    return output_values(forward)[num_fwd_outputs:]

@@ -1,0 +1,64 @@
+"""The input signature: everything about a call that a compiled entry is specialized on.
+
+Shapes, strides, dtypes, devices, ``requires_grad`` (and
+leafness where it matters), grad mode, which tensor inputs share storage, the
+pytree structure and every non-tensor value. Two calls with equal signatures
+can share one compiled entry; any difference traces again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+from torch.utils._pytree import TreeSpec
+
+from aot.errors import UnsupportedInputError
+
+__all__ = ["constant_key", "input_signature"]
+
+_PLAIN_CONSTANTS = (int, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def constant_key(value: Any, name_of: Callable[[int], str], position: int) -> Hashable:
+    """A hashable key standing for a non-tensor argument, specialized into the graph."""
+    if isinstance(value, float):
+        # Distinguish -0.0 from 0.0 and let NaN equal itself.
+        return (float, value.hex() if math.isfinite(value) else repr(value))
+    if isinstance(value, _PLAIN_CONSTANTS):
+        return (type(value), value)
+    try:
+        hash(value)
+    except TypeError:
+        raise UnsupportedInputError(
+            f"argument '{name_of(position)}' is a {type(value).__name__}, which aotfx cannot specialize on: "
+            "pass tensors, numbers, strings, None, or containers (tuple/list/dict) of them"
+        ) from None
+    return (type(value), value)
+
+
+def input_signature(leaves: Sequence[Any], spec: TreeSpec, name_of: Callable[[int], str]) -> Hashable:
+    """The signature of one call, from its flattened arguments and their tree structure."""
+    parts: list[Hashable] = [spec, torch.is_grad_enabled()]
+    storages: dict[int, int] = {}
+    for position, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            storage = int(leaf.untyped_storage()._cdata)
+            group = storages.setdefault(storage, len(storages))
+            requires_grad = leaf.requires_grad
+            parts.append(
+                (
+                    leaf.shape,
+                    leaf.stride(),
+                    leaf.dtype,
+                    leaf.device,
+                    requires_grad,
+                    requires_grad and leaf.is_leaf,
+                    group,
+                )
+            )
+        else:
+            parts.append(constant_key(leaf, name_of, position))
+    return tuple(parts)

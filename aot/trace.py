@@ -1,0 +1,133 @@
+"""Trace the flat function into ATen-level FX graphs on fake tensors.
+
+Two shapes of graph come out: the *joint* graph
+``(primals..., tangents...) -> (outputs..., grad per primal...)`` when a backward
+is needed, and the *inference* graph ``(primals...) -> (outputs...)`` otherwise.
+Both have flat positional placeholders named ``primals_i``/``tangents_i``, no
+``detach`` (graphs run without autograd, so it is a no-op there), and a typed
+descriptor on every placeholder and output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
+from aot.partition import output_values
+from meta.collect import fake_input
+from meta.indices import GraphArg, GraphOut
+from meta.view_and_mutation import ViewAndMutationMeta
+
+__all__ = ["example_inputs", "fake_tangent", "identifier", "trace_inference", "trace_joint"]
+
+FlatFn = Callable[..., Sequence[torch.Tensor]]
+
+
+def identifier(name: str) -> str:
+    """``name`` made a valid Python identifier for graph node names."""
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_") or "arg"
+    return f"_{cleaned}" if cleaned[0].isdigit() else cleaned
+
+
+def fake_tangent(fake_mode: FakeTensorMode, output: Any) -> torch.Tensor:
+    """A contiguous fake standing for the gradient of ``output``; runtime tangents are restrided to match."""
+    with fake_mode:
+        return torch.empty(output.spec.shape, dtype=output.spec.dtype)
+
+
+def trace_joint(
+    flat_fn: FlatFn,
+    flat_args: Sequence[torch.Tensor],
+    meta: ViewAndMutationMeta,
+    decompositions: Mapping[Any, Callable[..., Any]],
+) -> fx.GraphModule:
+    """Trace forward and backward together into one graph.
+
+    Outputs: every forward output, then one gradient per primal (``None`` for
+    primals that do not require grad or do not reach a differentiable output).
+    """
+    fake_mode = FakeTensorMode()
+    primals = [fake_input(fake_mode, arg) for arg in flat_args]
+    tangent_outs = meta.traced_tangents
+    tangents = [fake_tangent(fake_mode, meta.output_info[out]) for out in tangent_outs]
+    wants_grad = [i for i, info in enumerate(meta.input_info) if info.requires_grad]
+    num_primals = len(primals)
+
+    def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
+        primal_args, tangent_args = args[:num_primals], args[num_primals:]
+        with torch.enable_grad():
+            outs = list(flat_fn(*primal_args))
+        grads: list[torch.Tensor | None] = [None] * num_primals
+        differentiable = [outs[i] for i in tangent_outs]
+        if differentiable and wants_grad:
+            found = torch.autograd.grad(
+                differentiable, [primal_args[i] for i in wants_grad], list(tangent_args), allow_unused=True
+            )
+            for arg_idx, grad in zip(wants_grad, found, strict=True):
+                grads[arg_idx] = grad
+        return [*outs, *grads]
+
+    with fake_mode:
+        gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
+    names = [identifier(info.name) for info in meta.input_info]
+    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
+    descs += [Tangent(GraphOut(out)) for out in tangent_outs]
+    out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
+    out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
+    placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
+    placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
+    return _finish(gm, placeholder_names, descs, out_descs)
+
+
+def trace_inference(
+    flat_fn: FlatFn,
+    flat_args: Sequence[torch.Tensor],
+    meta: ViewAndMutationMeta,
+    decompositions: Mapping[Any, Callable[..., Any]],
+) -> fx.GraphModule:
+    """Trace the forward alone, under ``no_grad``: ``(primals...) -> (outputs...)``."""
+    fake_mode = FakeTensorMode()
+    primals = [fake_input(fake_mode, arg) for arg in flat_args]
+
+    def forward(*args: torch.Tensor) -> list[torch.Tensor]:
+        return list(flat_fn(*args))
+
+    with fake_mode, torch.no_grad():
+        gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
+    names = [identifier(info.name) for info in meta.input_info]
+    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
+    out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
+    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs)
+
+
+def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: list[Any]) -> fx.GraphModule:
+    graph = gm.graph
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    for node, name, desc in zip(placeholders, names, descs, strict=True):
+        node._rename(name)
+        node.meta[DESC] = desc
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+    output = graph.output_node()
+    output.meta[DESC] = out_descs
+    for value, desc in zip(output_values(gm), out_descs, strict=True):
+        if isinstance(desc, Grad) and isinstance(value, fx.Node) and value.op == "call_function":
+            if len(value.users) == 1:
+                value._rename(f"grad_{desc.name}")
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def example_inputs(gm: fx.GraphModule) -> list[Any]:
+    """The fake values of a graph's placeholders: what a backend compiler is shown."""
+    return [node.meta.get("val") for node in gm.graph.nodes if node.op == "placeholder"]

@@ -1,0 +1,200 @@
+"""Fill ``ViewAndMutationMeta`` by running the flat function once on fake tensors.
+
+A dispatch mode under the function records two things per ATen call: which
+tensors an op writes (its schema's alias annotations) and which tensor each view
+was taken from, with the op and arguments to take it again. From those:
+
+- an input is *data-mutated* when a write lands on its storage, and
+  *metadata-mutated* when an ``inplace_view`` op (``t_``, ``unsqueeze_``,
+  ``as_strided_`` ...) is applied to the input itself;
+- an output aliases an input or an intermediate when its recorded view chain
+  reaches it; the chain is kept so the epilogue can replay it on real tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from meta.indices import IntermediateBase, UserArg, UserOut
+from meta.view_and_mutation import (
+    InputAliasInfo,
+    OutputAliasInfo,
+    OutputType,
+    TensorSpec,
+    ViewAndMutationMeta,
+    ViewStep,
+)
+
+__all__ = ["ViewRecorder", "collect_meta", "fake_input", "storage_key"]
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """An id of the tensor's storage: equal for tensors that share memory."""
+    return int(tensor.untyped_storage()._cdata)
+
+
+def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
+    """A fake leaf with the real tensor's size, stride, dtype, device and ``requires_grad``.
+
+    Inputs reaching the graph never alias one another (the layers above see to
+    that), so each gets its own fake storage rather than a copy of the real
+    tensor's view relationships.
+    """
+    with fake_mode:
+        fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
+    return fake.requires_grad_(tensor.requires_grad)
+
+
+@dataclasses.dataclass
+class _Write:
+    tensor: torch.Tensor
+    metadata_only: bool
+    grad_enabled: bool
+    hidden_from_autograd: bool
+
+
+class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records, below autograd, each view's parent and each write's target."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        # id(view) -> (parent tensor, step); the view is kept alive in ``_keep``.
+        self.parents: dict[int, tuple[torch.Tensor, ViewStep]] = {}
+        self.writes: list[_Write] = []
+        self._keep: list[Any] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        schema = func._schema
+        metadata_only = torch.Tag.inplace_view in func.tags
+        grad_enabled = torch.is_grad_enabled()
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(tensor, torch.Tensor):
+                    hidden = not tensor.requires_grad
+                    self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden))
+        if func.is_view and args and isinstance(args[0], torch.Tensor):
+            step_kwargs = tuple(sorted(kwargs.items()))
+            if isinstance(out, torch.Tensor):
+                self._record(out, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, None, grad_enabled))
+            elif isinstance(out, (list, tuple)):
+                for item, view in enumerate(out):
+                    self._record(view, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled))
+        return out
+
+    def _record(self, view: torch.Tensor, parent: torch.Tensor, step: ViewStep) -> None:
+        self._keep.append(view)
+        self.parents[id(view)] = (parent, step)
+
+    def chain_to_root(
+        self, tensor: torch.Tensor, stop: Callable[[torch.Tensor], bool]
+    ) -> tuple[torch.Tensor, tuple[ViewStep, ...]]:
+        """Walk parents from ``tensor`` up to a tensor with none, or one ``stop`` accepts."""
+        steps: list[ViewStep] = []
+        while id(tensor) in self.parents and not stop(tensor):
+            tensor, step = self.parents[id(tensor)]
+            steps.append(step)
+        return tensor, tuple(reversed(steps))
+
+    def root(self, tensor: torch.Tensor, depth: int) -> torch.Tensor:
+        """The tensor ``depth`` view steps above ``tensor``."""
+        for _ in range(depth):
+            tensor = self.parents[id(tensor)][0]
+        return tensor
+
+
+def collect_meta(
+    flat_fn: Callable[..., Sequence[torch.Tensor]],
+    flat_args: Sequence[torch.Tensor],
+    names: Sequence[str],
+    fake_mode: FakeTensorMode | None = None,
+) -> ViewAndMutationMeta:
+    """Run ``flat_fn`` once on fakes of ``flat_args`` and describe its inputs and outputs.
+
+    Args:
+        flat_fn: takes the tensors positionally, returns a sequence of tensors.
+        flat_args: real (or fake) tensors giving the input signature.
+        names: a readable name per input, for errors and reports.
+    """
+    fake_mode = fake_mode or FakeTensorMode()
+    fakes = [fake_input(fake_mode, arg) for arg in flat_args]
+    recorder = ViewRecorder()
+    with fake_mode, recorder:
+        outs = list(flat_fn(*fakes))
+
+    input_info = tuple(
+        _input_info(name, real, fake, recorder.writes) for name, real, fake in zip(names, flat_args, fakes, strict=True)
+    )
+    input_position = {id(fake): UserArg(i) for i, fake in enumerate(fakes)}
+    input_storage = {storage_key(fake): UserArg(i) for i, fake in enumerate(fakes)}
+
+    first_position: dict[int, UserOut] = {}
+    for out_idx, out in enumerate(outs):
+        first_position.setdefault(id(out), UserOut(out_idx))
+
+    output_info: list[OutputAliasInfo] = []
+    intermediate_bases: list[OutputAliasInfo] = []
+    base_of_root: dict[int, IntermediateBase] = {}
+    for out_idx, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
+
+        def info(kind: OutputType, tensor: torch.Tensor = out, **base: Any) -> OutputAliasInfo:
+            return OutputAliasInfo(kind, requires_grad=tensor.requires_grad, spec=TensorSpec.of(tensor), **base)
+
+        if id(out) in input_position:
+            output_info.append(info(OutputType.IS_INPUT, base_input=input_position[id(out)]))
+            continue
+        if first_position[id(out)] != out_idx:
+            output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
+            continue
+        root, chain = recorder.chain_to_root(out, lambda t: id(t) in input_position)
+        if not chain:
+            if storage_key(out) in input_storage:
+                # An alias of an input made by an op that is not a view op: rebuild it by strides.
+                base = input_storage[storage_key(out)]
+                step = ViewStep(torch.ops.aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
+                output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
+            else:
+                output_info.append(info(OutputType.NON_ALIAS))
+        elif id(root) in input_position:
+            output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=input_position[id(root)], view_chain=chain))
+        elif id(root) in first_position:
+            base_out = first_position[id(root)]
+            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_output=base_out, view_chain=chain))
+        else:
+            if id(root) not in base_of_root:
+                base_of_root[id(root)] = IntermediateBase(len(intermediate_bases))
+                intermediate_bases.append(
+                    OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=root.requires_grad, spec=TensorSpec.of(root))
+                )
+            base_k = base_of_root[id(root)]
+            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
+    return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases))
+
+
+def _input_info(name: str, real: torch.Tensor, fake: torch.Tensor, writes: list[_Write]) -> InputAliasInfo:
+    key = storage_key(fake)
+    data_writes = [w for w in writes if not w.metadata_only and storage_key(w.tensor) == key]
+    metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
+    return InputAliasInfo(
+        name=name,
+        requires_grad=real.requires_grad,
+        is_leaf=real.is_leaf,
+        mutates_data=bool(data_writes),
+        mutates_metadata=bool(metadata_writes),
+        mutations_under_no_grad=bool(data_writes) and not any(w.grad_enabled for w in data_writes),
+        mutations_hidden_from_autograd=bool(data_writes)
+        and real.requires_grad
+        and all(w.hidden_from_autograd and w.grad_enabled for w in data_writes),
+    )

@@ -1,0 +1,243 @@
+"""What a flat function does to its inputs and how its outputs alias: ``ViewAndMutationMeta``.
+
+The meta is filled once per input signature by ``meta.collect`` and read by
+every layer. Each layer derives its inner meta from its outer meta explicitly;
+nothing here is mutable, and every invariant between the parts is checked when
+an object is built, so a layer that derives an inconsistent meta fails at once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from meta.indices import IntermediateBase, UserArg, UserOut
+
+__all__ = [
+    "InputAliasInfo",
+    "OutputAliasInfo",
+    "OutputType",
+    "TensorSpec",
+    "ViewAndMutationMeta",
+    "ViewStep",
+]
+
+
+class OutputType(enum.Enum):
+    """How one output relates to the inputs and to the other outputs."""
+
+    NON_ALIAS = "non_alias"  # fresh memory, computed by the graph
+    IS_INPUT = "is_input"  # the very input object, returned as is
+    ALIAS_OF_INPUT = "alias_of_input"  # a view of an input: regenerated from it at runtime
+    IS_OUTPUT = "is_output"  # the same object as an earlier output
+    ALIAS_OF_INTERMEDIATE = "alias_of_intermediate"  # a view of a graph-computed tensor
+
+
+@dataclass(frozen=True)
+class ViewStep:
+    """One view op of a chain, replayable on another tensor.
+
+    ``args``/``kwargs`` are the op's arguments after the viewed tensor; a
+    multi-output view (``split``, ``unbind``) picks element ``item``.
+    ``grad_enabled`` is the grad mode the view was taken under, so a view made
+    under ``no_grad`` inside the function comes back without ``grad_fn``.
+    """
+
+    op: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    item: int | None = None
+    grad_enabled: bool = True
+
+    def replay(self, tensor: torch.Tensor) -> torch.Tensor:
+        with torch.set_grad_enabled(self.grad_enabled):
+            out = self.op(tensor, *self.args, **dict(self.kwargs))
+        result: torch.Tensor = out if self.item is None else out[self.item]
+        return result
+
+    def __str__(self) -> str:
+        name = getattr(self.op, "__name__", str(self.op))
+        args = ", ".join(map(repr, self.args))
+        suffix = "" if self.item is None else f"[{self.item}]"
+        return f"{name}({args}){suffix}"
+
+
+def replay_views(tensor: torch.Tensor, chain: tuple[ViewStep, ...]) -> torch.Tensor:
+    """Apply a view chain to ``tensor``: the result aliases it exactly as the traced view did."""
+    for step in chain:
+        tensor = step.replay(tensor)
+    return tensor
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape, strides and dtype of a traced tensor: what a tangent must look like."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @staticmethod
+    def of(tensor: torch.Tensor) -> TensorSpec:
+        return TensorSpec(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+
+@dataclass(frozen=True)
+class InputAliasInfo:
+    """What the function does to one input, and the input's autograd state."""
+
+    name: str
+    requires_grad: bool
+    is_leaf: bool
+    mutates_data: bool = False
+    mutates_metadata: bool = False
+    # Every data mutation happened under no_grad (e.g. running stats updates).
+    mutations_under_no_grad: bool = False
+    # The mutation went through an alias autograd does not track (.data, detach()).
+    mutations_hidden_from_autograd: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mutations_under_no_grad and not self.mutates_data:
+            raise ValueError(f"input {self.name}: mutations_under_no_grad without a data mutation")
+        if self.mutations_hidden_from_autograd and not self.mutates_data:
+            raise ValueError(f"input {self.name}: mutations_hidden_from_autograd without a data mutation")
+
+    @property
+    def mutates(self) -> bool:
+        return self.mutates_data or self.mutates_metadata
+
+
+@dataclass(frozen=True)
+class OutputAliasInfo:
+    """How one output aliases, and where an aliasing output is regenerated from.
+
+    Exactly one base field is set for an aliasing output: ``base_input`` for
+    ``IS_INPUT``/``ALIAS_OF_INPUT``; ``base_output`` for ``IS_OUTPUT`` and for an
+    ``ALIAS_OF_INTERMEDIATE`` whose base the user also gets back;
+    ``base_intermediate`` for one whose base is returned only as a hidden
+    output. ``view_chain`` rebuilds the output from its base.
+    """
+
+    output_type: OutputType
+    requires_grad: bool
+    spec: TensorSpec
+    base_input: UserArg | None = None
+    base_output: UserOut | None = None
+    base_intermediate: IntermediateBase | None = None
+    view_chain: tuple[ViewStep, ...] = ()
+
+    def __post_init__(self) -> None:
+        bases = {
+            "base_input": self.base_input,
+            "base_output": self.base_output,
+            "base_intermediate": self.base_intermediate,
+        }
+        allowed: dict[OutputType, set[str]] = {
+            OutputType.NON_ALIAS: set(),
+            OutputType.IS_INPUT: {"base_input"},
+            OutputType.ALIAS_OF_INPUT: {"base_input"},
+            OutputType.IS_OUTPUT: {"base_output"},
+            OutputType.ALIAS_OF_INTERMEDIATE: {"base_output", "base_intermediate"},
+        }
+        set_fields = {name for name, value in bases.items() if value is not None}
+        if len(set_fields) > 1 or not set_fields <= allowed[self.output_type]:
+            raise ValueError(f"{self.output_type}: inconsistent base fields {sorted(set_fields)}")
+        if allowed[self.output_type] and not set_fields:
+            raise ValueError(f"{self.output_type} needs a base")
+        has_chain = self.output_type in (OutputType.ALIAS_OF_INPUT, OutputType.ALIAS_OF_INTERMEDIATE)
+        if bool(self.view_chain) != has_chain:
+            raise ValueError(f"{self.output_type}: a view chain is {'required' if has_chain else 'not allowed'}")
+
+    @property
+    def is_differentiable(self) -> bool:
+        return self.requires_grad and (self.spec.dtype.is_floating_point or self.spec.dtype.is_complex)
+
+
+@dataclass(frozen=True)
+class ViewAndMutationMeta:
+    """The input/output metadata of one flat function at one layer of the stack.
+
+    ``intermediate_bases`` holds, for each hidden intermediate base, its spec and
+    whether it requires grad; the outputs that are views of it point at it
+    through ``OutputAliasInfo.base_intermediate``.
+    """
+
+    input_info: tuple[InputAliasInfo, ...]
+    output_info: tuple[OutputAliasInfo, ...]
+    intermediate_bases: tuple[OutputAliasInfo, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        num_inputs, num_outputs = len(self.input_info), len(self.output_info)
+        used_bases: set[int] = set()
+        for out_idx, info in enumerate(self.output_info):
+            where = f"output {out_idx}"
+            if info.base_input is not None and not 0 <= info.base_input < num_inputs:
+                raise ValueError(f"{where}: base input {info.base_input} out of range ({num_inputs} inputs)")
+            if info.base_output is not None:
+                if not 0 <= info.base_output < num_outputs or info.base_output == out_idx:
+                    raise ValueError(f"{where}: base output {info.base_output} is not another output")
+                if info.output_type == OutputType.IS_OUTPUT and info.base_output > out_idx:
+                    raise ValueError(f"{where}: a repeated output must point at its first occurrence")
+                base_type = self.output_info[info.base_output].output_type
+                if info.output_type == OutputType.ALIAS_OF_INTERMEDIATE and base_type != OutputType.NON_ALIAS:
+                    raise ValueError(f"{where}: base output {info.base_output} is itself an alias")
+            if info.base_intermediate is not None:
+                if not 0 <= info.base_intermediate < len(self.intermediate_bases):
+                    raise ValueError(f"{where}: intermediate base {info.base_intermediate} out of range")
+                used_bases.add(info.base_intermediate)
+        if used_bases != set(range(len(self.intermediate_bases))):
+            raise ValueError("every intermediate base must be the base of some output")
+        for base in self.intermediate_bases:
+            if base.output_type != OutputType.NON_ALIAS:
+                raise ValueError("an intermediate base is computed by the graph: it must be NON_ALIAS")
+
+    @property
+    def num_intermediate_bases(self) -> int:
+        return len(self.intermediate_bases)
+
+    @cached_property
+    def mutated_inputs(self) -> tuple[UserArg, ...]:
+        return tuple(UserArg(i) for i, info in enumerate(self.input_info) if info.mutates)
+
+    @cached_property
+    def traced_tangents(self) -> tuple[UserOut, ...]:
+        """Outputs computed by the graph that take a tangent in the backward."""
+        return tuple(
+            UserOut(i)
+            for i, info in enumerate(self.output_info)
+            if info.output_type == OutputType.NON_ALIAS and info.is_differentiable
+        )
+
+    @cached_property
+    def requires_autograd(self) -> bool:
+        """Whether a backward is needed: some graph-computed output has a gradient."""
+        return bool(self.traced_tangents) or any(b.is_differentiable for b in self.intermediate_bases)
+
+    def describe(self) -> str:
+        """The meta in words, one line per input and output."""
+        lines = []
+        for i, inp in enumerate(self.input_info):
+            what = []
+            if inp.mutates_data:
+                what.append("data mutated" + (" under no_grad" if inp.mutations_under_no_grad else ""))
+            if inp.mutates_metadata:
+                what.append("metadata mutated")
+            grad = "requires grad" if inp.requires_grad else "no grad"
+            lines.append(f"input {i} ({inp.name}): {grad}; " + (", ".join(what) or "not mutated"))
+        for i, out in enumerate(self.output_info):
+            base = ""
+            if out.base_input is not None:
+                base = f" of input {out.base_input} ({self.input_info[out.base_input].name})"
+            elif out.base_output is not None:
+                base = f" of output {out.base_output}"
+            elif out.base_intermediate is not None:
+                base = f" of hidden intermediate {out.base_intermediate}"
+            chain = " via " + ".".join(map(str, out.view_chain)) if out.view_chain else ""
+            grad = "requires grad" if out.requires_grad else "no grad"
+            lines.append(f"output {i}: {out.output_type.value}{base}{chain}; {grad}")
+        return "\n".join(lines)

@@ -1,0 +1,14 @@
+"""The one place that says which layers run, outermost first."""
+
+from __future__ import annotations
+
+from wrappers.base import Layer
+from wrappers.reject_mutations import RejectInputMutations
+from wrappers.runtime_epilogue import RuntimeEpilogue
+
+__all__ = ["default_layers"]
+
+
+def default_layers() -> list[Layer]:
+    """Fresh layer instances for one compile, outermost first."""
+    return [RejectInputMutations(), RuntimeEpilogue()]
