@@ -75,7 +75,7 @@ def trace_joint(
 
     with fake_mode:
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
-    names = [identifier(info.name) for info in meta.input_info]
+    names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     descs += [Tangent(GraphOut(out)) for out in tangent_outs]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
@@ -100,7 +100,7 @@ def trace_inference(
 
     with fake_mode, torch.no_grad():
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
-    names = [identifier(info.name) for info in meta.input_info]
+    names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
     return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs)
@@ -121,7 +121,7 @@ def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: l
     for value, desc in zip(output_values(gm), out_descs, strict=True):
         if isinstance(desc, Grad) and isinstance(value, fx.Node) and value.op == "call_function":
             if len(value.users) == 1:
-                value._rename(f"grad_{desc.name}")
+                value._rename(f"grad_{identifier(desc.name)}")
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()

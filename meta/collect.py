@@ -51,6 +51,15 @@ def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     return fake.requires_grad_(tensor.requires_grad)
 
 
+# Ops that write an argument their schema does not mark as written: op -> positions written,
+# given the call's positional arguments.
+_aten = torch.ops.aten
+_UNANNOTATED_WRITES: dict[Any, Callable[[Sequence[Any]], tuple[int, ...]]] = {
+    # native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)
+    _aten.native_batch_norm.default: lambda args: (3, 4) if len(args) > 5 and args[5] else (),
+}
+
+
 @dataclasses.dataclass
 class _Write:
     tensor: torch.Tensor
@@ -75,8 +84,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         schema = func._schema
         metadata_only = torch.Tag.inplace_view in func.tags
         grad_enabled = torch.is_grad_enabled()
+        unannotated_rule = _UNANNOTATED_WRITES.get(func)
+        unannotated = unannotated_rule(args) if unannotated_rule is not None else ()
         for position, argument in enumerate(schema.arguments):
-            if argument.alias_info is None or not argument.alias_info.is_write:
+            written = argument.alias_info is not None and argument.alias_info.is_write
+            if not written and position not in unannotated:
                 continue
             value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
             for tensor in value if isinstance(value, (list, tuple)) else (value,):

@@ -1,0 +1,187 @@
+"""Eager is the oracle: run a program eagerly and compiled on the same inputs, compare everything.
+
+``check(fn, make_args)`` compares values, gradients, the inputs' state after the
+call, version counters, which outputs alias which inputs (and each other),
+``_base`` identity, ``requires_grad``/``grad_fn`` presence, and, when eager
+raises, the exception type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+import aot
+
+__all__ = ["ATOL", "RTOL", "check", "clone_args"]
+
+# Tolerances, stated once: compiled graphs run the same ATen kernels, so they agree closely.
+RTOL = 1.3e-6
+ATOL = 1e-5
+
+
+def clone_args(args: Any) -> Any:
+    """A deep copy of a pytree of arguments; leaf tensors keep strides and ``requires_grad``."""
+
+    def clone(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+        with torch.no_grad():
+            copy.copy_(value)
+        return copy.requires_grad_(value.requires_grad)
+
+    leaves, spec = tree_flatten(args)
+    return spec.unflatten([clone(leaf) for leaf in leaves])
+
+
+def _tensor_leaves(tree: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+
+
+def _storage(t: torch.Tensor) -> int:
+    return int(t.untyped_storage()._cdata)
+
+
+def _alias_signature(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> list[tuple[Any, ...]]:
+    """For each output: which inputs/outputs it shares storage with, and what its ``_base`` is."""
+    rows = []
+    for out in outputs:
+        shares_inputs = tuple(i for i, inp in enumerate(inputs) if _storage(inp) == _storage(out))
+        shares_outputs = tuple(j for j, other in enumerate(outputs) if _storage(other) == _storage(out))
+        is_input = tuple(i for i, inp in enumerate(inputs) if inp is out)
+        same_as = tuple(j for j, other in enumerate(outputs) if other is out)
+        base = out._base
+        base_is = (
+            (
+                "input",
+                tuple(i for i, inp in enumerate(inputs) if base is inp or base is inp._base),
+            )
+            if base is not None
+            else ("none",)
+        )
+        base_out = tuple(j for j, other in enumerate(outputs) if base is not None and base is other)
+        rows.append((shares_inputs, shares_outputs, is_input, same_as, base_is, base_out))
+    return rows
+
+
+def _compare_values(where: str, compiled: torch.Tensor, eager: torch.Tensor, rtol: float, atol: float) -> None:
+    assert compiled.shape == eager.shape, f"{where}: shape {compiled.shape} != {eager.shape}"
+    assert compiled.dtype == eager.dtype, f"{where}: dtype {compiled.dtype} != {eager.dtype}"
+    assert compiled.device == eager.device, f"{where}: device"
+    torch.testing.assert_close(compiled.detach(), eager.detach(), rtol=rtol, atol=atol, equal_nan=True, msg=where)
+
+
+def check(
+    fn: Callable[..., Any],
+    make_args: Callable[[], Any] | tuple[Any, ...],
+    *,
+    compiler: Callable[..., Any] = aot.nop,
+    compiled_fn: Callable[..., Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    backward: bool = True,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    calls: int = 2,
+) -> Any:
+    """Run ``fn`` eagerly and compiled on equal inputs; assert they agree on everything observable.
+
+    Args:
+        make_args: a tuple of arguments (cloned per run) or a factory making fresh ones.
+        compiled_fn: the compiled function to test (default: ``aot_function(fn, compiler)``).
+        calls: how many times to run the compiled function (the second call reuses the entry).
+
+    Returns the compiled function, for further inspection.
+    """
+    kwargs = kwargs or {}
+    factory = make_args if callable(make_args) else (lambda: clone_args(make_args))
+    compiled = compiled_fn or aot.aot_function(fn, compiler)
+    for _ in range(calls):
+        _check_once(fn, compiled, factory, kwargs, backward, rtol, atol)
+    return compiled
+
+
+def _run(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> tuple[Any, BaseException | None]:
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as error:  # the oracle compares exception types
+        return None, error
+
+
+def _check_once(
+    fn: Callable[..., Any],
+    compiled: Callable[..., Any],
+    factory: Callable[[], Any],
+    kwargs: dict[str, Any],
+    backward: bool,
+    rtol: float,
+    atol: float,
+) -> None:
+    eager_args, compiled_args = factory(), factory()
+    eager_inputs, compiled_inputs = _tensor_leaves(eager_args), _tensor_leaves(compiled_args)
+    versions_before = [t._version for t in compiled_inputs]
+    eager_versions_before = [t._version for t in eager_inputs]
+    eager_out, eager_error = _run(fn, eager_args, kwargs)
+    compiled_out, compiled_error = _run(compiled, compiled_args, kwargs)
+    if eager_error is not None:
+        assert compiled_error is not None, f"eager raised {eager_error!r}, compiled did not"
+        assert isinstance(compiled_error, type(eager_error)), (
+            f"eager raised {eager_error!r}, compiled {compiled_error!r}"
+        )
+        return
+    if compiled_error is not None:
+        raise compiled_error
+
+    eager_leaves, eager_spec = tree_flatten(eager_out)
+    compiled_leaves, compiled_spec = tree_flatten(compiled_out)
+    assert compiled_spec == eager_spec, f"output structure {compiled_spec} != {eager_spec}"
+    eager_outs = [v for v in eager_leaves if isinstance(v, torch.Tensor)]
+    compiled_outs = [v for v in compiled_leaves if isinstance(v, torch.Tensor)]
+    for i, (c, e) in enumerate(zip(compiled_leaves, eager_leaves, strict=True)):
+        if isinstance(e, torch.Tensor):
+            assert isinstance(c, torch.Tensor), f"output {i}: {type(c)} is not a tensor"
+            _compare_values(f"output {i}", c, e, rtol, atol)
+            assert c.requires_grad == e.requires_grad, f"output {i}: requires_grad {c.requires_grad}"
+            assert (c.grad_fn is None) == (e.grad_fn is None), f"output {i}: grad_fn {c.grad_fn} vs {e.grad_fn}"
+            assert c.is_leaf == e.is_leaf, f"output {i}: is_leaf"
+        else:
+            assert c == e or (c != c and e != e), f"output {i}: {c!r} != {e!r}"
+    assert _alias_signature(compiled_inputs, compiled_outs) == _alias_signature(eager_inputs, eager_outs), (
+        "aliasing differs:\n compiled "
+        f"{_alias_signature(compiled_inputs, compiled_outs)}\n eager    {_alias_signature(eager_inputs, eager_outs)}"
+    )
+    for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
+        _compare_values(f"input {i} after the call", c, e, rtol, atol)
+        assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset(), f"input {i} metadata"
+    compiled_bumps = [t._version - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
+    eager_bumps = [t._version - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
+    assert compiled_bumps == eager_bumps, f"version counter bumps {compiled_bumps} != eager {eager_bumps}"
+
+    if not backward:
+        return
+    differentiable = [
+        i for i, e in enumerate(eager_outs) if e.requires_grad and (e.is_floating_point() or e.is_complex())
+    ]
+    if not differentiable:
+        return
+    generator = torch.Generator().manual_seed(0)
+    cotangents = [
+        torch.randn(eager_outs[i].shape, generator=generator, dtype=eager_outs[i].dtype) for i in differentiable
+    ]
+    wrt = [i for i, t in enumerate(eager_inputs) if t.requires_grad and t.is_leaf]
+
+    def grads(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
+        assert isinstance(loss, torch.Tensor)
+        loss.backward()
+        return [inputs[i].grad for i in wrt]
+
+    for i, (c, e) in enumerate(
+        zip(grads(compiled_outs, compiled_inputs), grads(eager_outs, eager_inputs), strict=True)
+    ):
+        assert (c is None) == (e is None), f"grad of input {wrt[i]}: {c} vs {e}"
+        if c is not None and e is not None:
+            _compare_values(f"grad of input {wrt[i]}", c, e, rtol * 10, atol * 10)
