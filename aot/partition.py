@@ -91,8 +91,13 @@ def default_partition(
     forward_nodes |= projections
     backward_nodes -= projections
 
+    # Saved: forward values the backward reads, or returns as a gradient (one computed without tangents).
+    returned_by_backward = {grad for grad in grads if isinstance(grad, fx.Node)}
     saved = [
-        node for node in graph.nodes if node in forward_nodes and any(user in backward_nodes for user in node.users)
+        node
+        for node in graph.nodes
+        if node in forward_nodes
+        and (node in returned_by_backward or any(user in backward_nodes for user in node.users))
     ]
     forward = _extract(joint_module, primals, forward_nodes, [*fwd_outputs, *saved])
     backward = _extract(joint_module, [*saved, *tangents], backward_nodes, grads)

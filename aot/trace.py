@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
 from aot.partition import output_values
-from meta.collect import fake_input
+from meta.collect import fake_input, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -73,7 +73,7 @@ def trace_joint(
                 grads[arg_idx] = grad
         return [*outs, *grads]
 
-    with fake_mode:
+    with saved_tensor_hooks_suspended(), fake_mode:
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
@@ -98,7 +98,7 @@ def trace_inference(
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
         return list(flat_fn(*args))
 
-    with fake_mode, torch.no_grad():
+    with saved_tensor_hooks_suspended(), fake_mode, torch.no_grad():
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]

@@ -13,8 +13,9 @@ was taken from, with the op and arguments to take it again. From those:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -31,7 +32,25 @@ from meta.view_and_mutation import (
     ViewStep,
 )
 
-__all__ = ["ViewRecorder", "collect_meta", "fake_input", "storage_key"]
+__all__ = ["ViewRecorder", "collect_meta", "fake_input", "saved_tensor_hooks_suspended", "storage_key"]
+
+
+@contextlib.contextmanager
+def saved_tensor_hooks_suspended() -> Iterator[None]:
+    """Take the caller's saved-tensor hooks off while tracing, so they are not traced into graphs.
+
+    They still apply at runtime, to what the compiled forward saves.
+    """
+    autograd = torch._C._autograd
+    hooks = []
+    while (top := autograd._top_saved_tensors_default_hooks(True)) is not None:
+        hooks.append(top)
+        autograd._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(hooks):
+            autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
 def storage_key(tensor: torch.Tensor) -> int:
@@ -71,12 +90,15 @@ class _Write:
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records, below autograd, each view's parent and each write's target."""
 
-    def __init__(self) -> None:
+    def __init__(self, alias_sources: Sequence[torch.Tensor] = ()) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         # id(view) -> (parent tensor, step); the view is kept alive in ``_keep``.
         self.parents: dict[int, tuple[torch.Tensor, ViewStep]] = {}
         self.writes: list[_Write] = []
         self._keep: list[Any] = []
+        # Tensors whose aliases made by non-view ops (unsafe_split ...) are recorded too, so that
+        # replaying the op reproduces eager's storage sharing without autograd view tracking.
+        self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -95,7 +117,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
                     self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden))
-        if func.is_view and args and isinstance(args[0], torch.Tensor):
+        if args and isinstance(args[0], torch.Tensor) and (func.is_view or self._aliases_source(args[0], out)):
             step_kwargs = tuple(sorted(kwargs.items()))
             if isinstance(out, torch.Tensor):
                 self._record(out, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, None, grad_enabled))
@@ -103,6 +125,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 for item, view in enumerate(out):
                     self._record(view, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled))
         return out
+
+    def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
+        key = self._alias_sources.get(id(arg))
+        if key is None:
+            return False
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        return any(isinstance(o, torch.Tensor) and o is not arg and storage_key(o) == key for o in outs)
 
     def _record(self, view: torch.Tensor, parent: torch.Tensor, step: ViewStep) -> None:
         self._keep.append(view)
@@ -140,8 +169,8 @@ def collect_meta(
     """
     fake_mode = fake_mode or FakeTensorMode()
     fakes = [fake_input(fake_mode, arg) for arg in flat_args]
-    recorder = ViewRecorder()
-    with fake_mode, recorder:
+    recorder = ViewRecorder(alias_sources=fakes)
+    with saved_tensor_hooks_suspended(), fake_mode, recorder:
         outs = list(flat_fn(*fakes))
 
     input_info = tuple(

@@ -482,3 +482,38 @@ def test_report_lists_graphs_and_saved_values():
     text = compiled.report()
     assert "forward graph" in text and "backward graph" in text and "saved for backward" in text
     assert "f32[8, 32]" in text
+
+
+def test_saved_tensor_hooks_are_not_traced_but_apply_at_runtime():
+    def f(x, w):
+        return (x * w).sin().sum()
+
+    packed = []
+
+    def pack(t):
+        packed.append(type(t).__name__)
+        return t.clone()
+
+    compiled = aot.aot_function(f, aot.nop)
+    x, w = seeded((4,), (4,))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        compiled(x, w).backward()
+    assert "FakeTensor" not in packed and packed, packed
+    clones = [n for n in compiled.entries[0].backward.graph.nodes if n.target is torch.ops.aten.clone.default]
+    assert not clones
+    grads = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, w).backward()
+    torch.testing.assert_close(grads[0], x.grad)
+    torch.testing.assert_close(grads[1], w.grad)
+
+
+def test_gradient_computed_without_tangents():
+    """copysign's grad w.r.t. its sign argument is zeros made in the forward: it must reach the backward."""
+    check(lambda a, b: torch.copysign(a, b), seeded((3,), (3,)))
+
+
+def test_storage_alias_made_by_a_non_view_op():
+    """unsafe_split shares storage without autograd view tracking: same as eager, no _base."""
+    check(lambda x: torch.unsafe_split(x, 2), seeded((4, 3)))
+    check(lambda x: torch.unsafe_chunk(x * 2, 2), seeded((4, 3)))
