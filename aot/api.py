@@ -54,11 +54,37 @@ def _leaf_names(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
 
 @dataclass
 class _CallingConvention:
-    """How one signature's pytree call maps to the flat tensors the stack compiles."""
+    """How one signature's pytree call maps to the flat tensors the stack compiles, and back."""
 
     tensor_positions: list[int]
+    only_tensors: bool
     out_spec: TreeSpec | None = None
     out_template: list[Any] | None = None
+    out_is_tuple_of_tensors: bool = False
+
+    def record_outputs(self, out_leaves: list[Any], out_spec: TreeSpec) -> None:
+        self.out_spec = out_spec
+        self.out_template = [_TENSOR if isinstance(v, torch.Tensor) else v for v in out_leaves]
+        self.out_is_tuple_of_tensors = (
+            out_spec.type is tuple
+            and all(child.is_leaf() for child in out_spec.children())
+            and all(v is _TENSOR for v in self.out_template)
+        )
+
+    def rebuild(self, outs: list[Any]) -> Any:
+        """The user's output pytree from the flat tensor outputs."""
+        spec, template = self.out_spec, self.out_template
+        assert spec is not None and template is not None, "outputs rebuilt before the function was traced"
+        if spec.is_leaf():
+            return outs[0] if outs else template[0]
+        if self.out_is_tuple_of_tensors:
+            return tuple(outs)
+        out_leaves = list(template)
+        tensor_iter = iter(outs)
+        for position, value in enumerate(out_leaves):
+            if value is _TENSOR:
+                out_leaves[position] = next(tensor_iter)
+        return tree_unflatten(out_leaves, spec)
 
 
 class AOTFunction:
@@ -85,23 +111,19 @@ class AOTFunction:
         return "\n\n".join(report(entry) for entry in self.entries)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, spec = tree_flatten((args, kwargs))
-        key = input_signature(leaves, spec, lambda position: self._names(args, kwargs)[position])
+        if not kwargs and all(isinstance(arg, torch.Tensor) for arg in args):
+            leaves, structure = args, len(args)  # flat tensors, the hot case: no pytree needed
+        else:
+            leaves, structure = tree_flatten((args, kwargs))  # type: ignore[assignment]
+        key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
         found = self._cache.get(key)
         if found is None:
             with self._lock:
-                found = self._cache.get(key) or self._compile(args, kwargs, leaves, spec, key)
+                found = self._cache.get(key) or self._compile(args, kwargs, key)
         entry, convention = found
-        assert entry.runtime is not None and convention.out_spec is not None and convention.out_template is not None
-        outs = entry.runtime([leaves[i] for i in convention.tensor_positions])
-        if convention.out_spec.is_leaf():
-            return outs[0] if outs else convention.out_template[0]
-        out_leaves = list(convention.out_template)
-        tensor_iter = iter(outs)
-        for position, value in enumerate(out_leaves):
-            if value is _TENSOR:
-                out_leaves[position] = next(tensor_iter)
-        return tree_unflatten(out_leaves, convention.out_spec)
+        assert entry.runtime is not None
+        tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
+        return convention.rebuild(entry.runtime(tensors))
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         names = _leaf_names(self.fn, args, kwargs)
@@ -114,7 +136,7 @@ class AOTFunction:
         """The flat function over the tensor leaves, with the call's other leaves baked in."""
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        convention = _CallingConvention(positions)
+        convention = _CallingConvention(positions, only_tensors=len(positions) == len(leaves))
         fn = self.fn
 
         def flat_fn(*tensors: torch.Tensor) -> list[torch.Tensor]:
@@ -123,8 +145,7 @@ class AOTFunction:
                 filled[position] = tensor
             call_args, call_kwargs = tree_unflatten(filled, spec)
             out_leaves, out_spec = tree_flatten(fn(*call_args, **call_kwargs))
-            convention.out_spec = out_spec
-            convention.out_template = [_TENSOR if isinstance(v, torch.Tensor) else v for v in out_leaves]
+            convention.record_outputs(out_leaves, out_spec)
             return [v for v in out_leaves if isinstance(v, torch.Tensor)]
 
         names = self._names(args, kwargs)
@@ -133,9 +154,10 @@ class AOTFunction:
         return Stage(flat_fn, tensors, meta), convention
 
     def _compile(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec, key: Hashable
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
     ) -> tuple[CompiledEntry, _CallingConvention]:
         start = time.perf_counter()
+        leaves, spec = tree_flatten((args, kwargs))
         stage, convention = self._flat(args, kwargs, leaves, spec)
         entry = CompiledEntry(meta=stage.meta)
         entry.runtime = compile_through(default_layers(), stage, partial(compile_core, config=self.config, entry=entry))

@@ -13,7 +13,6 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
-from torch.utils._pytree import TreeSpec
 
 from aot.errors import UnsupportedInputError
 
@@ -39,9 +38,9 @@ def constant_key(value: Any, name_of: Callable[[int], str], position: int) -> Ha
     return (type(value), value)
 
 
-def input_signature(leaves: Sequence[Any], spec: TreeSpec, name_of: Callable[[int], str]) -> Hashable:
+def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callable[[int], str]) -> Hashable:
     """The signature of one call, from its flattened arguments and their tree structure."""
-    parts: list[Hashable] = [spec, torch.is_grad_enabled()]
+    parts: list[Hashable] = [structure, torch.is_grad_enabled()]
     storages: dict[int, int] = {}
     for position, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):

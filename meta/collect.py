@@ -59,7 +59,7 @@ def storage_key(tensor: torch.Tensor) -> int:
 
 
 def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
-    """A fake leaf with the real tensor's size, stride, dtype, device and ``requires_grad``.
+    """A fake with the real tensor's size, stride, dtype, device, ``requires_grad`` and leafness.
 
     Inputs reaching the graph never alias one another (the layers above see to
     that), so each gets its own fake storage rather than a copy of the real
@@ -67,7 +67,11 @@ def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     """
     with fake_mode:
         fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
-    return fake.requires_grad_(tensor.requires_grad)
+        fake.requires_grad_(tensor.requires_grad)
+        if tensor.requires_grad and not tensor.is_leaf:
+            # A non-leaf may be mutated in place where a leaf may not: keep autograd's verdict eager's.
+            fake = fake.clone()
+    return fake
 
 
 # Ops that write an argument their schema does not mark as written: op -> positions written,
@@ -228,6 +232,10 @@ def _input_info(name: str, real: torch.Tensor, fake: torch.Tensor, writes: list[
     key = storage_key(fake)
     data_writes = [w for w in writes if not w.metadata_only and storage_key(w.tensor) == key]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
+    final_metadata = None
+    if metadata_writes:
+        # Fakes start at storage offset 0: the recorded offset is relative to the real input's.
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()))
     return InputAliasInfo(
         name=name,
         requires_grad=real.requires_grad,
@@ -238,4 +246,7 @@ def _input_info(name: str, real: torch.Tensor, fake: torch.Tensor, writes: list[
         mutations_hidden_from_autograd=bool(data_writes)
         and real.requires_grad
         and all(w.hidden_from_autograd and w.grad_enabled for w in data_writes),
+        requires_grad_after=bool(data_writes) and fake.requires_grad,
+        version_bumps=fake._version,
+        final_metadata=final_metadata,
     )

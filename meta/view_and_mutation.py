@@ -100,12 +100,25 @@ class InputAliasInfo:
     mutations_under_no_grad: bool = False
     # The mutation went through an alias autograd does not track (.data, detach()).
     mutations_hidden_from_autograd: bool = False
+    # After a data mutation: whether eager leaves the input requiring grad (``buf.copy_(w * 2)`` does).
+    requires_grad_after: bool = False
+    # How many times eager bumps the input's version counter.
+    version_bumps: int = 0
+    # After a metadata mutation: final size, stride, and storage offset relative to the original.
+    final_metadata: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:
             raise ValueError(f"input {self.name}: mutations_under_no_grad without a data mutation")
         if self.mutations_hidden_from_autograd and not self.mutates_data:
             raise ValueError(f"input {self.name}: mutations_hidden_from_autograd without a data mutation")
+        if (self.final_metadata is not None) != self.mutates_metadata:
+            raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
+
+    @property
+    def mutation_visible_to_autograd(self) -> bool:
+        """Whether writing the new value back must be recorded by autograd, as eager's mutation was."""
+        return self.mutates_data and not (self.mutations_under_no_grad or self.mutations_hidden_from_autograd)
 
     @property
     def mutates(self) -> bool:

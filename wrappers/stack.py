@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wrappers.base import Layer
-from wrappers.reject_mutations import RejectInputMutations
+from wrappers.metadata_mutation import MetadataMutation
 from wrappers.runtime_epilogue import RuntimeEpilogue
 
 __all__ = ["default_layers"]
@@ -11,4 +11,4 @@ __all__ = ["default_layers"]
 
 def default_layers() -> list[Layer]:
     """Fresh layer instances for one compile, outermost first."""
-    return [RejectInputMutations(), RuntimeEpilogue()]
+    return [MetadataMutation(), RuntimeEpilogue()]
