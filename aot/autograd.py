@@ -18,7 +18,7 @@ import torch
 from aot.errors import DoubleBackwardError
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 
-__all__ = ["BoxedFn", "make_training_runtime", "restride"]
+__all__ = ["BoxedFn", "fresh_outputs", "make_training_runtime", "restride"]
 
 # A compiled graph in the boxed convention: takes a list, returns a sequence.
 BoxedFn = Callable[[list[Any]], Sequence[Any]]
@@ -31,6 +31,16 @@ def restride(tangent: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     if not tangent.is_contiguous():
         tangent = tangent.contiguous()
     return tangent
+
+
+def fresh_outputs(outputs: Sequence[Any]) -> list[Any]:
+    """Graph outputs as eager returns them: not autograd views of graph intermediates.
+
+    A functional graph may compute an output as a view of an intermediate where
+    eager mutated the metadata in place (``matmul``'s ``squeeze_``); its ``_base``
+    would leak. ``detach()`` keeps the memory and drops the view relation.
+    """
+    return [out.detach() if isinstance(out, torch.Tensor) and out._is_view() else out for out in outputs]
 
 
 class _CompiledBackward(torch.autograd.Function):
@@ -85,7 +95,7 @@ def make_training_runtime(
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
-            outputs, saved = results[:num_outputs], results[num_outputs:]
+            outputs, saved = fresh_outputs(results[:num_outputs]), results[num_outputs:]
             ctx.save_for_backward(*saved)
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
             return tuple(outputs)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from aot.autograd import make_training_runtime
+from aot.autograd import fresh_outputs, make_training_runtime
 from aot.backends import to_boxed
 from aot.config import AOTConfig
 from aot.trace import example_inputs, trace_inference, trace_joint
@@ -46,7 +46,13 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     meta = stage.meta
     entry.core_meta = meta
     if torch.is_grad_enabled() and meta.requires_autograd:
-        joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
+        try:
+            joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
+        except RuntimeError as error:
+            if "modified by an inplace operation" not in str(error):
+                raise
+            # Eager runs this forward and fails only in backward: so do we.
+            return _forward_only(stage, config, entry, error)
         entry.joint = joint
         num_outputs = len(meta.output_info)
         forward_gm, backward_gm = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
@@ -61,12 +67,26 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
 
         return make_training_runtime(forward, compile_backward, meta)
 
-    inference_gm = trace_inference(stage.fn, stage.args, meta, config.decompositions)
-    entry.inference = inference_gm
-    compiled = to_boxed(config.inference_compiler(inference_gm, example_inputs(inference_gm)))
+    compiled = _compile_inference(stage, config, entry, config.inference_compiler)
 
     def run_inference(args: list[torch.Tensor]) -> list[Any]:
         with torch.no_grad():
-            return list(compiled(list(args)))
+            return fresh_outputs(compiled(list(args)))
 
     return run_inference
+
+
+def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
+    inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions)
+    entry.inference = inference_gm
+    return to_boxed(compiler(inference_gm, example_inputs(inference_gm)))
+
+
+def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:
+    """Outputs with eager's autograd metadata whose backward raises the error eager's backward raises."""
+    forward = _compile_inference(stage, config, entry, config.fw_compiler)
+
+    def backward_raising(args: list[Any]) -> Any:
+        raise RuntimeError(str(error))
+
+    return make_training_runtime(forward, lambda: backward_raising, stage.meta)

@@ -4,8 +4,8 @@ Two shapes of graph come out: the *joint* graph
 ``(primals..., tangents...) -> (outputs..., grad per primal...)`` when a backward
 is needed, and the *inference* graph ``(primals...) -> (outputs...)`` otherwise.
 Both have flat positional placeholders named ``primals_i``/``tangents_i``, no
-``detach`` (graphs run without autograd, so it is a no-op there), and a typed
-descriptor on every placeholder and output.
+``detach`` (graphs run without autograd, so it is a no-op there), no mutating
+op (``aot.functionalize``), and a typed descriptor on every placeholder and output.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
+from aot.functionalize import functionalize
 from aot.partition import output_values
 from meta.collect import fake_input, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
@@ -116,6 +117,11 @@ def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: l
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
+    # Every graph a backend sees is functional; the layers above guarantee no input is written.
+    functionalize(gm)
+    if gm.meta["mutated_inputs"]:
+        raise AssertionError(f"the traced function writes graph inputs {gm.meta['mutated_inputs']}")
+    graph = gm.graph
     output = graph.output_node()
     output.meta[DESC] = out_descs
     for value, desc in zip(output_values(gm), out_descs, strict=True):

@@ -22,6 +22,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from meta.alias import written_positions
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import (
     InputAliasInfo,
@@ -53,6 +54,10 @@ def saved_tensor_hooks_suspended() -> Iterator[None]:
             autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
+def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
+
+
 def storage_key(tensor: torch.Tensor) -> int:
     """An id of the tensor's storage: equal for tensors that share memory."""
     return int(tensor.untyped_storage()._cdata)
@@ -74,21 +79,13 @@ def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     return fake
 
 
-# Ops that write an argument their schema does not mark as written: op -> positions written,
-# given the call's positional arguments.
-_aten = torch.ops.aten
-_UNANNOTATED_WRITES: dict[Any, Callable[[Sequence[Any]], tuple[int, ...]]] = {
-    # native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)
-    _aten.native_batch_norm.default: lambda args: (3, 4) if len(args) > 5 and args[5] else (),
-}
-
-
 @dataclasses.dataclass
 class _Write:
     tensor: torch.Tensor
     metadata_only: bool
     grad_enabled: bool
     hidden_from_autograd: bool
+    seq: int
 
 
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -103,31 +100,35 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Tensors whose aliases made by non-view ops (unsafe_split ...) are recorded too, so that
         # replaying the op reproduces eager's storage sharing without autograd view tracking.
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
+        self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
+        self.clock = 0  # orders views and writes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        self.clock += 1
+        from_geometry = None
+        if args and id(args[0]) in self._initial_geometry:
+            geometry = _geometry(args[0])
+            if geometry != self._initial_geometry[id(args[0])]:
+                from_geometry = geometry
         out = func(*args, **kwargs)
         schema = func._schema
         metadata_only = torch.Tag.inplace_view in func.tags
         grad_enabled = torch.is_grad_enabled()
-        unannotated_rule = _UNANNOTATED_WRITES.get(func)
-        unannotated = unannotated_rule(args) if unannotated_rule is not None else ()
-        for position, argument in enumerate(schema.arguments):
-            written = argument.alias_info is not None and argument.alias_info.is_write
-            if not written and position not in unannotated:
-                continue
+        for position in written_positions(func, args):
+            argument = schema.arguments[position]
             value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
-                    self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden))
+                    self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden, self.clock))
         if args and isinstance(args[0], torch.Tensor) and (func.is_view or self._aliases_source(args[0], out)):
             step_kwargs = tuple(sorted(kwargs.items()))
-            if isinstance(out, torch.Tensor):
-                self._record(out, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, None, grad_enabled))
-            elif isinstance(out, (list, tuple)):
-                for item, view in enumerate(out):
-                    self._record(view, args[0], ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled))
+            views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
+            for item, view in views:
+                key = self.clock * 1024 + (item or 0)
+                step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry)
+                self._record(view, args[0], step)
         return out
 
     def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
@@ -183,6 +184,12 @@ def collect_meta(
     input_position = {id(fake): UserArg(i) for i, fake in enumerate(fakes)}
     input_storage = {storage_key(fake): UserArg(i) for i, fake in enumerate(fakes)}
 
+    last_write = {
+        UserArg(i): max(w.seq for w in recorder.writes if not w.metadata_only and storage_key(w.tensor) == key)
+        for i, key in enumerate(map(storage_key, fakes))
+        if input_info[i].mutates_data
+    }
+
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
         first_position.setdefault(id(out), UserOut(out_idx))
@@ -213,7 +220,11 @@ def collect_meta(
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
         elif id(root) in input_position:
-            output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=input_position[id(root)], view_chain=chain))
+            base = input_position[id(root)]
+            before = chain[-1].key // 1024 < last_write.get(base, -1)
+            output_info.append(
+                info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
+            )
         elif id(root) in first_position:
             base_out = first_position[id(root)]
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_output=base_out, view_chain=chain))

@@ -46,6 +46,11 @@ class ViewStep:
     multi-output view (``split``, ``unbind``) picks element ``item``.
     ``grad_enabled`` is the grad mode the view was taken under, so a view made
     under ``no_grad`` inside the function comes back without ``grad_fn``.
+    ``key`` names the view object the step made in the traced run: chains that
+    went through the same object replay into one object, so ``_base`` identities
+    between outputs are eager's. ``from_geometry`` is the (size, stride, offset
+    relative to the original) the viewed input had when the view was taken, if a
+    metadata mutation had changed it by then.
     """
 
     op: Callable[..., Any]
@@ -53,9 +58,14 @@ class ViewStep:
     kwargs: tuple[tuple[str, Any], ...] = ()
     item: int | None = None
     grad_enabled: bool = True
+    key: int = -1
+    from_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(self.grad_enabled):
+            if self.from_geometry is not None:
+                size, stride, relative_offset = self.from_geometry
+                tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *self.args, **dict(self.kwargs))
         result: torch.Tensor = out if self.item is None else out[self.item]
         return result
@@ -67,10 +77,21 @@ class ViewStep:
         return f"{name}({args}){suffix}"
 
 
-def replay_views(tensor: torch.Tensor, chain: tuple[ViewStep, ...]) -> torch.Tensor:
-    """Apply a view chain to ``tensor``: the result aliases it exactly as the traced view did."""
+def replay_views(
+    tensor: torch.Tensor, chain: tuple[ViewStep, ...], made: dict[int, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """Apply a view chain to ``tensor``: the result aliases it exactly as the traced view did.
+
+    ``made`` memoizes the view objects of one call by step key, so two outputs
+    whose traced chains shared an object share the replayed one.
+    """
     for step in chain:
+        if made is not None and step.key in made:
+            tensor = made[step.key]
+            continue
         tensor = step.replay(tensor)
+        if made is not None and step.key >= 0:
+            made[step.key] = tensor
     return tensor
 
 
@@ -143,6 +164,9 @@ class OutputAliasInfo:
     base_output: UserOut | None = None
     base_intermediate: IntermediateBase | None = None
     view_chain: tuple[ViewStep, ...] = ()
+    # A view of an input taken before the function's last write to it: replay it before the write-back,
+    # so autograd sees the order eager saw (a no_grad view then an in-place write is an error there).
+    replay_before_write_back: bool = False
 
     def __post_init__(self) -> None:
         bases = {

@@ -23,6 +23,15 @@ RTOL = 1.3e-6
 ATOL = 1e-5
 
 
+def functional_nop(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """The ``nop`` backend, asserting first that the graph it is handed mutates nothing."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            assert not target._schema.is_mutable, f"mutating op {target} handed to a backend:\n{gm.code}"
+    return gm
+
+
 def clone_args(args: Any) -> Any:
     """A deep copy of a pytree of arguments; leaf tensors keep strides and ``requires_grad``."""
 
@@ -68,6 +77,14 @@ def _alias_signature(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) ->
     return rows
 
 
+def _autograd_state(t: torch.Tensor) -> tuple[Any, ...]:
+    """Whether ``grad_fn`` is set and the tensor is a leaf, or the error reading them raises (as eager may)."""
+    try:
+        return (t.grad_fn is None, t.is_leaf)
+    except RuntimeError as error:
+        return ("raises", type(error).__name__)
+
+
 def _compare_values(where: str, compiled: torch.Tensor, eager: torch.Tensor, rtol: float, atol: float) -> None:
     assert compiled.shape == eager.shape, f"{where}: shape {compiled.shape} != {eager.shape}"
     assert compiled.dtype == eager.dtype, f"{where}: dtype {compiled.dtype} != {eager.dtype}"
@@ -79,7 +96,7 @@ def check(
     fn: Callable[..., Any],
     make_args: Callable[[], Any] | tuple[Any, ...],
     *,
-    compiler: Callable[..., Any] = aot.nop,
+    compiler: Callable[..., Any] = functional_nop,
     compiled_fn: Callable[..., Any] | None = None,
     kwargs: dict[str, Any] | None = None,
     backward: bool = True,
@@ -145,8 +162,7 @@ def _check_once(
             assert isinstance(c, torch.Tensor), f"output {i}: {type(c)} is not a tensor"
             _compare_values(f"output {i}", c, e, rtol, atol)
             assert c.requires_grad == e.requires_grad, f"output {i}: requires_grad {c.requires_grad}"
-            assert (c.grad_fn is None) == (e.grad_fn is None), f"output {i}: grad_fn {c.grad_fn} vs {e.grad_fn}"
-            assert c.is_leaf == e.is_leaf, f"output {i}: is_leaf"
+            assert _autograd_state(c) == _autograd_state(e), f"output {i}: {_autograd_state(c)} != {_autograd_state(e)}"
         else:
             assert c == e or (c != c and e != e), f"output {i}: {c!r} != {e!r}"
     assert _alias_signature(compiled_inputs, compiled_outs) == _alias_signature(eager_inputs, eager_outs), (
@@ -173,15 +189,20 @@ def _check_once(
     ]
     wrt = [i for i, t in enumerate(eager_inputs) if t.requires_grad and t.is_leaf]
 
-    def grads(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def grads(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor | None] | BaseException:
         loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
         assert isinstance(loss, torch.Tensor)
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as error:  # eager's backward may raise (a saved tensor modified in place)
+            return error
         return [inputs[i].grad for i in wrt]
 
-    for i, (c, e) in enumerate(
-        zip(grads(compiled_outs, compiled_inputs), grads(eager_outs, eager_inputs), strict=True)
-    ):
+    compiled_grads, eager_grads = grads(compiled_outs, compiled_inputs), grads(eager_outs, eager_inputs)
+    if isinstance(eager_grads, BaseException) or isinstance(compiled_grads, BaseException):
+        assert type(compiled_grads) is type(eager_grads), f"backward: eager {eager_grads!r} vs {compiled_grads!r}"
+        return
+    for i, (c, e) in enumerate(zip(compiled_grads, eager_grads, strict=True)):
         assert (c is None) == (e is None), f"grad of input {wrt[i]}: {c} vs {e}"
         if c is not None and e is not None:
             _compare_values(f"grad of input {wrt[i]}", c, e, rtol * 10, atol * 10)

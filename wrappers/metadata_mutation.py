@@ -1,12 +1,13 @@
 """The metadata-mutation layer: below it, no input's size, stride or offset ever changes.
 
 Inside, each input whose metadata the function changes (``t_``, ``transpose_``,
-``unsqueeze_``, ``as_strided_`` ...) is replaced by a fresh alias of it, so the
-function changes the alias instead; data written through the alias still lands in
-the input's memory. Outside, after the call, the layer gives the user's tensor
-its final size, stride and offset. Outputs that are such an input, or views of
-it, are rebuilt here after that, because only now does the input have the
-geometry their view chains were recorded against.
+``unsqueeze_``, ``as_strided_`` ...) is replaced by a copy of it, so the
+function changes the copy's geometry instead; data it writes into the copy is
+written into the input, in the input's own geometry, after the function ran.
+Outside, after the call, the layer gives the user's tensor its final size,
+stride and offset. An output that is such an input is returned
+here, after that; views of it replay below, from the original geometry, each
+chain starting with the geometry the input had when the view was taken.
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ from typing import Any
 import torch
 
 from meta.indices import IndexMap, UserArg, UserOut
-from meta.view_and_mutation import OutputType, ViewAndMutationMeta, replay_views
+from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
 __all__ = ["MetadataMutation"]
 
-# Outputs this layer rebuilds itself: the input object, or a view replayed from it.
-_REBUILT_HERE = (OutputType.IS_INPUT, OutputType.ALIAS_OF_INPUT)
 
 
 class MetadataMutation:
-    """Inputs with metadata mutations are aliased inside and restrided outside."""
+    """Inputs with metadata mutations are copied inside and restrided outside."""
 
     def __init__(self) -> None:
         self._meta: ViewAndMutationMeta | None = None
@@ -44,7 +43,7 @@ class MetadataMutation:
         rebuilt = {
             out_idx
             for out_idx, info in enumerate(meta.output_info)
-            if info.output_type in _REBUILT_HERE and info.base_input in mutated
+            if info.output_type == OutputType.IS_INPUT and info.base_input in mutated
         }
         # A repeat of a rebuilt output is rebuilt here too; other repeats keep pointing below.
         for out_idx, info in enumerate(meta.output_info):
@@ -54,11 +53,21 @@ class MetadataMutation:
         self._kept = IndexMap((out, UserOut(inner)) for inner, out in enumerate(kept))
         flat_fn = outer.fn
 
+        data_too = [arg_idx for arg_idx in mutated if meta.input_info[arg_idx].mutates_data]
+
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
-            aliased = list(args)
+            # The function changes the geometry of a copy. (Not of an alias: autograd mishandles views
+            # taken before an in-place metadata change of another view of the same base.)
+            working = list(args)
+            geometry = {}
             for arg_idx in mutated:
-                aliased[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
-            outs = list(flat_fn(*aliased))
+                working[arg_idx] = args[arg_idx].clone()
+                geometry[arg_idx] = (working[arg_idx].shape, working[arg_idx].stride())
+            outs = list(flat_fn(*working))
+            for arg_idx in data_too:
+                # The copy's data, read in the input's own geometry, is the input's new value.
+                size, stride = geometry[arg_idx]
+                args[arg_idx].copy_(working[arg_idx].as_strided(size, stride, 0))
             return [outs[i] for i in kept]
 
         inner_meta = ViewAndMutationMeta(
@@ -107,9 +116,6 @@ class MetadataMutation:
                 elif info.output_type == OutputType.IS_INPUT:
                     assert info.base_input is not None
                     outs[out_idx] = args[info.base_input]
-                elif info.output_type == OutputType.ALIAS_OF_INPUT:
-                    assert info.base_input is not None
-                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain)
                 else:  # a repeat of an output rebuilt above
                     assert info.base_output is not None
                     outs[out_idx] = outs[info.base_output]

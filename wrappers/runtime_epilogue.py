@@ -99,6 +99,14 @@ class RuntimeEpilogue:
         def run(args: list[torch.Tensor]) -> list[Any]:
             versions = [args[arg]._version for arg, _, _ in write_back]
             graph_outs = inner(args)
+            outs: list[Any] = [None] * len(plan)
+            made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
+            for out_idx, info in plan:
+                if info.output_type == OutputType.NON_ALIAS:
+                    outs[out_idx] = graph_outs[user_to_graph[UserOut(out_idx)]]
+                elif info.replay_before_write_back:
+                    assert info.base_input is not None
+                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain, made)
             if write_back:
                 targets = []
                 for arg, graph_out, input_info in write_back:
@@ -108,29 +116,25 @@ class RuntimeEpilogue:
                 # Eager bumped once per in-place op; our single copy_ stands for all of them.
                 final_versions = [v + w[2].version_bumps for v, w in zip(versions, write_back, strict=True)]
                 torch._C._autograd._unsafe_set_version_counter(tuple(targets), tuple(final_versions))
-            outs: list[Any] = [None] * len(plan)
-            for out_idx, info in plan:
-                if info.output_type == OutputType.NON_ALIAS:
-                    outs[out_idx] = graph_outs[user_to_graph[UserOut(out_idx)]]
             for out_idx, info in plan:
                 kind = info.output_type
-                if kind == OutputType.NON_ALIAS:
+                if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
                     assert info.base_input is not None
                     outs[out_idx] = args[info.base_input]
                 elif kind == OutputType.ALIAS_OF_INPUT:
                     assert info.base_input is not None
-                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain)
+                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain, made)
                 elif kind == OutputType.IS_OUTPUT:
                     assert info.base_output is not None
                     outs[out_idx] = outs[info.base_output]
                 elif info.base_output is not None:
-                    outs[out_idx] = replay_views(outs[info.base_output], info.view_chain)
+                    outs[out_idx] = replay_views(outs[info.base_output], info.view_chain, made)
                 else:
                     assert info.base_intermediate is not None
                     base = graph_outs[base_to_graph[info.base_intermediate]]
-                    outs[out_idx] = replay_views(base, info.view_chain)
+                    outs[out_idx] = replay_views(base, info.view_chain, made)
             return outs
 
         return run
