@@ -39,13 +39,21 @@ def constant_key(value: Any, name_of: Callable[[int], str], position: int) -> Ha
 
 
 def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callable[[int], str]) -> Hashable:
-    """The signature of one call, from its flattened arguments and their tree structure."""
+    """The signature of one call, from its flattened arguments and their tree structure.
+
+    For tensors that share storage it adds which object each is (a repeat of an
+    earlier argument or not), its storage offset and whether it is a view: what
+    the dedupe and synthetic-base layers decide on.
+    """
     parts: list[Hashable] = [structure, torch.is_grad_enabled()]
-    storages: dict[int, int] = {}
+    first_in_storage: dict[int, int] = {}  # storage -> position of its first tensor
+    shared: set[int] = set()  # positions of tensors whose storage another tensor argument shares
     for position, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             storage = int(leaf.untyped_storage()._cdata)
-            group = storages.setdefault(storage, len(storages))
+            first = first_in_storage.setdefault(storage, position)
+            if first != position:
+                shared.update((first, position))
             requires_grad = leaf.requires_grad
             parts.append(
                 (
@@ -55,9 +63,18 @@ def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callabl
                     leaf.device,
                     requires_grad,
                     requires_grad and leaf.is_leaf,
-                    group,
+                    first,
                 )
             )
         else:
             parts.append(constant_key(leaf, name_of, position))
+    if shared:
+        # Aliasing is rare: only then pay for identity, offsets and view-ness.
+        objects: dict[int, int] = {}
+        parts.append(
+            tuple(
+                (p, objects.setdefault(id(leaves[p]), p), leaves[p].storage_offset(), leaves[p]._is_view())
+                for p in sorted(shared)
+            )
+        )
     return tuple(parts)

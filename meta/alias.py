@@ -49,6 +49,7 @@ __all__ = [
 
 _aten = torch.ops.aten
 
+
 def _running_stats(args: Sequence[Any]) -> tuple[int, ...]:
     # (input, weight, bias, running_mean, running_var, training, ...): training updates the stats it is given.
     return (3, 4) if len(args) > 5 and args[5] and args[3] is not None else ()

@@ -33,7 +33,16 @@ from meta.view_and_mutation import (
     ViewStep,
 )
 
-__all__ = ["ViewRecorder", "collect_meta", "fake_input", "saved_tensor_hooks_suspended", "storage_key"]
+__all__ = [
+    "ViewRecorder",
+    "collect_meta",
+    "fake_input",
+    "fake_inputs",
+    "overlaps",
+    "saved_tensor_hooks_suspended",
+    "storage_extent",
+    "storage_key",
+]
 
 
 @contextlib.contextmanager
@@ -79,6 +88,59 @@ def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     return fake
 
 
+def storage_extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
+    start = int(tensor.storage_offset())
+    if tensor.numel() == 0:
+        return start, start
+    return start, start + 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors may share an element: same storage and intersecting extents."""
+    if storage_key(a) != storage_key(b):
+        return False
+    (a_start, a_end), (b_start, b_end) = storage_extent(a), storage_extent(b)
+    return a_start < b_end and b_start < a_end
+
+
+def fake_inputs(fake_mode: FakeTensorMode, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Fakes of ``tensors`` that alias one another as the real ones do.
+
+    A tensor passed twice gets one fake; tensors sharing storage become views of
+    one fake storage at their real offsets, so a write through one is seen by the
+    others. The fake storage is a leaf when the tensors' common base is, so
+    autograd refuses in-place writes exactly where eager does.
+    """
+    fakes: dict[int, torch.Tensor] = {}
+    groups: dict[int, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        if id(tensor) not in fakes:
+            fakes[id(tensor)] = tensor
+            groups.setdefault(storage_key(tensor), []).append(tensor)
+    for members in groups.values():
+        if len(members) == 1 or len({m.dtype for m in members}) > 1:
+            for member in members:
+                fakes[id(member)] = fake_input(fake_mode, member)
+            continue
+        start = min(storage_extent(m)[0] for m in members)
+        end = max(storage_extent(m)[1] for m in members)
+        bases = {id(m._base if m._base is not None else m): m._base if m._base is not None else m for m in members}
+        common = next(iter(bases.values())) if len(bases) == 1 else None
+        requires_grad = any(m.requires_grad for m in members)
+        is_leaf = common.is_leaf if common is not None else not requires_grad
+        with fake_mode:
+            storage = torch.empty(end - start, dtype=members[0].dtype, device=members[0].device)
+            storage.requires_grad_(requires_grad)
+            if requires_grad and not is_leaf:
+                storage = storage.clone()
+            for member in members:
+                source = storage if member.requires_grad else storage.detach()
+                offset = int(member.storage_offset()) - start
+                fakes[id(member)] = source.as_strided(member.shape, member.stride(), offset)
+    return [fakes[id(tensor)] for tensor in tensors]
+
+
 @dataclasses.dataclass
 class _Write:
     tensor: torch.Tensor
@@ -86,6 +148,17 @@ class _Write:
     grad_enabled: bool
     hidden_from_autograd: bool
     seq: int
+    # The written tensor's storage extent when it was written: later metadata changes do not move it.
+    storage: int = -1
+    extent: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        self.storage, self.extent = storage_key(self.tensor), storage_extent(self.tensor)
+
+    def hits(self, tensor: torch.Tensor) -> bool:
+        """Whether this write may have changed an element of ``tensor``."""
+        start, end = storage_extent(tensor)
+        return self.storage == storage_key(tensor) and self.extent[0] < end and start < self.extent[1]
 
 
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -101,6 +174,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # replaying the op reproduces eager's storage sharing without autograd view tracking.
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
+        self._initial_offset = {id(t): int(t.storage_offset()) for t in alias_sources}
         self.clock = 0  # orders views and writes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -110,7 +184,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if args and id(args[0]) in self._initial_geometry:
             geometry = _geometry(args[0])
             if geometry != self._initial_geometry[id(args[0])]:
-                from_geometry = geometry
+                size, stride, offset = geometry
+                from_geometry = (size, stride, offset - self._initial_offset[id(args[0])])
         out = func(*args, **kwargs)
         schema = func._schema
         metadata_only = torch.Tag.inplace_view in func.tags
@@ -173,20 +248,31 @@ def collect_meta(
         names: a readable name per input, for errors and reports.
     """
     fake_mode = fake_mode or FakeTensorMode()
-    fakes = [fake_input(fake_mode, arg) for arg in flat_args]
+    fakes = fake_inputs(fake_mode, flat_args)
+    initial_offsets = [int(fake.storage_offset()) for fake in fakes]
     recorder = ViewRecorder(alias_sources=fakes)
     with saved_tensor_hooks_suspended(), fake_mode, recorder:
         outs = list(flat_fn(*fakes))
 
+    fake_ids = {id(fake) for fake in fakes}
+    written_through = {
+        id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0])
+        for w in recorder.writes
+        if not w.metadata_only
+    }
     input_info = tuple(
-        _input_info(name, real, fake, recorder.writes) for name, real, fake in zip(names, flat_args, fakes, strict=True)
+        _input_info(name, real, fake, offset, recorder.writes, id(fake) in written_through)
+        for name, real, fake, offset in zip(names, flat_args, fakes, initial_offsets, strict=True)
     )
-    input_position = {id(fake): UserArg(i) for i, fake in enumerate(fakes)}
-    input_storage = {storage_key(fake): UserArg(i) for i, fake in enumerate(fakes)}
+    input_position: dict[int, UserArg] = {}
+    input_storage: dict[int, UserArg] = {}
+    for i, fake in enumerate(fakes):
+        input_position.setdefault(id(fake), UserArg(i))
+        input_storage.setdefault(storage_key(fake), UserArg(i))
 
     last_write = {
-        UserArg(i): max(w.seq for w in recorder.writes if not w.metadata_only and storage_key(w.tensor) == key)
-        for i, key in enumerate(map(storage_key, fakes))
+        UserArg(i): max(w.seq for w in recorder.writes if not w.metadata_only and w.hits(fake))
+        for i, fake in enumerate(fakes)
         if input_info[i].mutates_data
     }
 
@@ -239,14 +325,15 @@ def collect_meta(
     return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases))
 
 
-def _input_info(name: str, real: torch.Tensor, fake: torch.Tensor, writes: list[_Write]) -> InputAliasInfo:
-    key = storage_key(fake)
-    data_writes = [w for w in writes if not w.metadata_only and storage_key(w.tensor) == key]
+def _input_info(
+    name: str, real: torch.Tensor, fake: torch.Tensor, initial_offset: int, writes: list[_Write], through: bool
+) -> InputAliasInfo:
+    data_writes = [w for w in writes if not w.metadata_only and w.hits(fake)]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if metadata_writes:
-        # Fakes start at storage offset 0: the recorded offset is relative to the real input's.
-        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()))
+        # Relative to the input's own offset: the real input's offset differs from the fake's.
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_offset)
     return InputAliasInfo(
         name=name,
         requires_grad=real.requires_grad,
@@ -257,6 +344,7 @@ def _input_info(name: str, real: torch.Tensor, fake: torch.Tensor, writes: list[
         mutations_hidden_from_autograd=bool(data_writes)
         and real.requires_grad
         and all(w.hidden_from_autograd and w.grad_enabled for w in data_writes),
+        written_through=bool(data_writes) and through,
         requires_grad_after=bool(data_writes) and fake.requires_grad,
         version_bumps=fake._version,
         final_metadata=final_metadata,

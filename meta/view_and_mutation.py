@@ -121,6 +121,8 @@ class InputAliasInfo:
     mutations_under_no_grad: bool = False
     # The mutation went through an alias autograd does not track (.data, detach()).
     mutations_hidden_from_autograd: bool = False
+    # A write went through this input or a view of it (not only through another input overlapping it).
+    written_through: bool = False
     # After a data mutation: whether eager leaves the input requiring grad (``buf.copy_(w * 2)`` does).
     requires_grad_after: bool = False
     # How many times eager bumps the input's version counter.
@@ -133,6 +135,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: mutations_under_no_grad without a data mutation")
         if self.mutations_hidden_from_autograd and not self.mutates_data:
             raise ValueError(f"input {self.name}: mutations_hidden_from_autograd without a data mutation")
+        if self.written_through and not self.mutates_data:
+            raise ValueError(f"input {self.name}: written_through without a data mutation")
         if (self.final_metadata is not None) != self.mutates_metadata:
             raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
 

@@ -27,6 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
+from wrappers.write_back import write_back
 
 __all__ = ["RuntimeEpilogue"]
 
@@ -91,13 +92,14 @@ class RuntimeEpilogue:
         meta = self._outer_meta
         assert meta is not None, "post_compile before pre_compile"
         user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
-        write_back = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
-        if not write_back and len(user_to_graph) == len(meta.output_info):
+        writes = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
+        write_infos = [info for _, _, info in writes]
+        if not writes and len(user_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            versions = [args[arg]._version for arg, _, _ in write_back]
+            versions = [args[arg]._version for arg, _, _ in writes]
             graph_outs = inner(args)
             outs: list[Any] = [None] * len(plan)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
@@ -107,15 +109,13 @@ class RuntimeEpilogue:
                 elif info.replay_before_write_back:
                     assert info.base_input is not None
                     outs[out_idx] = replay_views(args[info.base_input], info.view_chain, made)
-            if write_back:
-                targets = []
-                for arg, graph_out, input_info in write_back:
-                    with torch.set_grad_enabled(torch.is_grad_enabled() and input_info.mutation_visible_to_autograd):
-                        args[arg].copy_(graph_outs[graph_out])
-                    targets.append(args[arg])
-                # Eager bumped once per in-place op; our single copy_ stands for all of them.
-                final_versions = [v + w[2].version_bumps for v, w in zip(versions, write_back, strict=True)]
-                torch._C._autograd._unsafe_set_version_counter(tuple(targets), tuple(final_versions))
+            if writes:
+                write_back(
+                    [args[arg] for arg, _, _ in writes],
+                    [graph_outs[out] for _, out, _ in writes],
+                    write_infos,
+                    versions,
+                )
             for out_idx, info in plan:
                 kind = info.output_type
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
@@ -147,6 +147,7 @@ def _unmutated(info: Any) -> Any:
     return dataclasses.replace(
         info,
         mutates_data=False,
+        written_through=False,
         mutations_under_no_grad=False,
         mutations_hidden_from_autograd=False,
         requires_grad_after=False,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from wrappers.base import Layer
+from wrappers.dedupe import Dedupe
 from wrappers.metadata_mutation import MetadataMutation
 from wrappers.runtime_epilogue import RuntimeEpilogue
+from wrappers.synthetic_base import SyntheticBase
 
 __all__ = ["default_layers"]
 
 
 def default_layers() -> list[Layer]:
     """Fresh layer instances for one compile, outermost first."""
-    return [MetadataMutation(), RuntimeEpilogue()]
+    return [Dedupe(), MetadataMutation(), SyntheticBase(), RuntimeEpilogue()]

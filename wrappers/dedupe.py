@@ -1,0 +1,68 @@
+"""The dedupe layer: a tensor passed more than once becomes one inner argument.
+
+``f(x, x)`` compiles as ``g(x)`` with ``g(a) = f(a, a)``: the graph sees one
+primal, autograd accumulates every use into the one tensor's gradient as eager
+does, and a mutation through either position is one mutation of that tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from meta.indices import DedupedArg, IndexMap, UserArg
+from meta.view_and_mutation import OutputAliasInfo, ViewAndMutationMeta
+from wrappers.base import Runtime, Stage
+
+__all__ = ["Dedupe"]
+
+
+class Dedupe:
+    """Outer argument positions map many-to-one onto the distinct tensor objects."""
+
+    def __init__(self) -> None:
+        self.to_inner: IndexMap[UserArg, DedupedArg] = IndexMap()
+        self.kept: tuple[UserArg, ...] = ()  # the first position of each distinct tensor, in inner order
+
+    def pre_compile(self, outer: Stage) -> Stage:
+        first: dict[int, DedupedArg] = {}
+        kept: list[UserArg] = []
+        pairs = []
+        for position, arg in enumerate(outer.args):
+            if id(arg) not in first:
+                first[id(arg)] = DedupedArg(len(kept))
+                kept.append(UserArg(position))
+            pairs.append((UserArg(position), first[id(arg)]))
+        self.to_inner, self.kept = IndexMap(pairs), tuple(kept)
+        if len(kept) == len(outer.args):
+            return outer
+        to_inner, meta, flat_fn = self.to_inner, outer.meta, outer.fn
+        positions = [to_inner[UserArg(i)] for i in range(len(outer.args))]
+
+        def inner_fn(*args: torch.Tensor) -> Any:
+            return flat_fn(*(args[inner] for inner in positions))
+
+        def renumbered(info: OutputAliasInfo) -> OutputAliasInfo:
+            if info.base_input is None:
+                return info
+            # The meta of a stage indexes that stage's own arguments.
+            return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))
+
+        inner_meta = ViewAndMutationMeta(
+            input_info=tuple(meta.input_info[position] for position in kept),
+            output_info=tuple(renumbered(info) for info in meta.output_info),
+            intermediate_bases=meta.intermediate_bases,
+        )
+        return Stage(inner_fn, [outer.args[position] for position in kept], inner_meta)
+
+    def post_compile(self, inner: Runtime) -> Runtime:
+        kept = self.kept
+        if len(kept) == len(self.to_inner):
+            return inner
+
+        def run(args: list[torch.Tensor]) -> list[Any]:
+            return inner([args[position] for position in kept])
+
+        return run

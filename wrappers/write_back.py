@@ -1,0 +1,35 @@
+"""Writing a mutated value back into the caller's tensor, as eager's in-place ops left it.
+
+Shared by the runtime epilogue (whole inputs) and the synthetic-base layer
+(only the regions its aliased inputs cover).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from meta.view_and_mutation import InputAliasInfo
+
+__all__ = ["write_back"]
+
+
+def write_back(
+    targets: Sequence[torch.Tensor],
+    new_values: Sequence[torch.Tensor],
+    infos: Sequence[InputAliasInfo],
+    versions_before: Sequence[int],
+) -> None:
+    """Copy each new value into its target; autograd and version counters end as eager's did.
+
+    The copy is recorded by autograd exactly when eager's mutation was (not under
+    ``no_grad``, not through ``.data``/``detach()``); the version counter ends at
+    its value before the call plus the bumps eager made, however many in-place
+    ops our single ``copy_`` stands for.
+    """
+    for target, new_value, info in zip(targets, new_values, infos, strict=True):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and info.mutation_visible_to_autograd):
+            target.copy_(new_value)
+    final_versions = tuple(v + info.version_bumps for v, info in zip(versions_before, infos, strict=True))
+    torch._C._autograd._unsafe_set_version_counter(tuple(targets), final_versions)
