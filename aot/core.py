@@ -46,6 +46,8 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     meta = stage.meta
     entry.core_meta = meta
     if torch.is_grad_enabled() and meta.requires_autograd:
+        if meta.backward_error is not None:
+            return _forward_only(stage, config, entry, RuntimeError(meta.backward_error))
         try:
             joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
         except RuntimeError as error:

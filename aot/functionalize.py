@@ -525,8 +525,7 @@ class _Functionalizer:
             return new_value
         if val.shape != like.shape:
             raise NotImplementedError(
-                f"functionalize: {self._who()} resizes its output "
-                f"from {list(like.shape)} to {list(val.shape)}"
+                f"functionalize: {self._who()} resizes its output from {list(like.shape)} to {list(val.shape)}"
             )
         if val.dtype != like.dtype:  # an in-place op keeps its argument's dtype
             return self.emit(aten._to_copy.default, new_value, dtype=like.dtype)

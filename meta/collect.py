@@ -175,6 +175,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
         self._initial_offset = {id(t): int(t.storage_offset()) for t in alias_sources}
+        self._initial_version = {storage_key(t): t._version for t in alias_sources}
         self.clock = 0  # orders views and writes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -200,9 +201,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if args and isinstance(args[0], torch.Tensor) and (func.is_view or self._aliases_source(args[0], out)):
             step_kwargs = tuple(sorted(kwargs.items()))
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
+            initial_version = self._initial_version.get(storage_key(args[0]))
+            version = -1 if initial_version is None else args[0]._version - initial_version
             for item, view in views:
                 key = self.clock * 1024 + (item or 0)
-                step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry)
+                step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry, version)
                 self._record(view, args[0], step)
         return out
 
@@ -270,11 +273,14 @@ def collect_meta(
         input_position.setdefault(id(fake), UserArg(i))
         input_storage.setdefault(storage_key(fake), UserArg(i))
 
-    last_write = {
-        UserArg(i): max(w.seq for w in recorder.writes if not w.metadata_only and w.hits(fake))
-        for i, fake in enumerate(fakes)
-        if input_info[i].mutates_data
-    }
+    # The last data write sharing each input's version counter (its storage), overlapping or not:
+    # a view taken before it was modified under eager's eyes, whatever region the write touched.
+    last_write: dict[UserArg, int] = {}
+    for w in recorder.writes:
+        if not w.metadata_only:
+            for i, fake in enumerate(fakes):
+                if storage_key(fake) == w.storage:
+                    last_write[UserArg(i)] = max(last_write.get(UserArg(i), -1), w.seq)
 
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
@@ -322,7 +328,29 @@ def collect_meta(
                 )
             base_k = base_of_root[id(root)]
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
-    return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases))
+    backward_error = None
+    if any(info.mutates_data for info in input_info):
+        with saved_tensor_hooks_suspended(), fake_mode:
+            backward_error = _eager_backward_error(outs, fakes)
+    return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error)
+
+
+def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
+    """Run eager's backward on the fakes: the in-place-modification error it raises, if any.
+
+    Writes into inputs bump version counters shared with other inputs and their
+    views, which the compiled graphs (working on copies) cannot see.
+    """
+    differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    wrt = [f for f in dict.fromkeys(fakes) if f.requires_grad]
+    if not differentiable or not wrt:
+        return None
+    try:
+        torch.autograd.grad(differentiable, wrt, [torch.ones_like(o) for o in differentiable], allow_unused=True)
+    except RuntimeError as error:
+        if "modified by an inplace operation" in str(error):
+            return str(error)
+    return None
 
 
 def _input_info(

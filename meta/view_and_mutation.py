@@ -60,6 +60,8 @@ class ViewStep:
     grad_enabled: bool = True
     key: int = -1
     from_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # How many times the viewed memory had been written when eager took the view (-1: not recorded).
+    version: int = -1
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(self.grad_enabled):
@@ -78,17 +80,25 @@ class ViewStep:
 
 
 def replay_views(
-    tensor: torch.Tensor, chain: tuple[ViewStep, ...], made: dict[int, torch.Tensor] | None = None
+    tensor: torch.Tensor,
+    chain: tuple[ViewStep, ...],
+    made: dict[int, torch.Tensor] | None = None,
+    version_before_call: int | None = None,
 ) -> torch.Tensor:
     """Apply a view chain to ``tensor``: the result aliases it exactly as the traced view did.
 
     ``made`` memoizes the view objects of one call by step key, so two outputs
-    whose traced chains shared an object share the replayed one.
+    whose traced chains shared an object share the replayed one. With
+    ``version_before_call``, the memory's version counter is set, before each
+    view is taken, to where eager's was when eager took it: autograd then judges
+    later writes to it (and views taken under ``no_grad``) as it did in eager.
     """
     for step in chain:
         if made is not None and step.key in made:
             tensor = made[step.key]
             continue
+        if version_before_call is not None and step.version >= 0:
+            torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version,))
         tensor = step.replay(tensor)
         if made is not None and step.key >= 0:
             made[step.key] = tensor
@@ -211,6 +221,9 @@ class ViewAndMutationMeta:
     input_info: tuple[InputAliasInfo, ...]
     output_info: tuple[OutputAliasInfo, ...]
     intermediate_bases: tuple[OutputAliasInfo, ...] = field(default=())
+    # The error eager's backward raises for this program (a tensor it saved was modified in place later,
+    # through memory shared with an input); the compiled backward raises it too.
+    backward_error: str | None = None
 
     def __post_init__(self) -> None:
         num_inputs, num_outputs = len(self.input_info), len(self.output_info)

@@ -8,14 +8,19 @@ are skipped the same way eagerly and compiled, since both run the same Python.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 
-__all__ = ["Program", "programs"]
+from aot.errors import UnsupportedMutationError
+
+__all__ = ["Program", "programs", "refused_clearly"]
 
 # name -> (applies to a value?, make the new value). Views and fresh values append to the list.
 VIEWS: dict[str, tuple[Callable[[torch.Tensor], bool], Callable[[torch.Tensor], torch.Tensor]]] = {
@@ -56,22 +61,37 @@ class Step:
 
 @dataclass(frozen=True)
 class Program:
-    """``num_inputs`` inputs of ``shape``; ``grad`` says per input: 'leaf', 'non_leaf' or 'none'."""
+    """``num_inputs`` inputs of ``shape``; ``grad`` says per input: 'leaf', 'non_leaf' or 'none'.
+
+    ``layout`` says how the inputs share memory: 'independent'; 'duplicates' (the
+    second input is the first object again); 'overlapping' or 'disjoint' views of
+    one storage (whose grad is the first input's).
+    """
 
     shape: tuple[int, ...]
     grad: tuple[str, ...]
     steps: tuple[Step, ...]
     returns: tuple[int, ...]
+    layout: str = "independent"
+
+    @staticmethod
+    def _tensor(shape: tuple[int, ...], grad: str, seed: int) -> torch.Tensor:
+        value = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        if grad == "leaf":
+            value.requires_grad_()
+        elif grad == "non_leaf":
+            value = value.requires_grad_() * 1
+        return value
 
     def make_args(self) -> tuple[torch.Tensor, ...]:
-        args = []
-        for i, grad in enumerate(self.grad):
-            value = torch.randn(self.shape, generator=torch.Generator().manual_seed(i))
-            if grad == "leaf":
-                value.requires_grad_()
-            elif grad == "non_leaf":
-                value = value.requires_grad_() * 1
-            args.append(value)
+        count, numel = len(self.grad), math.prod(self.shape)
+        if self.layout in ("overlapping", "disjoint"):
+            step = numel // 2 + 1 if self.layout == "overlapping" else numel
+            storage = self._tensor((step * (count - 1) + numel,), self.grad[0], 0)
+            return tuple(storage[i * step : i * step + numel].view(self.shape) for i in range(count))
+        args = [self._tensor(self.shape, grad, i) for i, grad in enumerate(self.grad)]
+        if self.layout == "duplicates" and count > 1:
+            args[1] = args[0]
         return tuple(args)
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -97,11 +117,22 @@ class Program:
         return (*returned, sum(v.sum() for v in values))
 
     def __repr__(self) -> str:
-        lines = [f"Program(shape={self.shape}, grad={self.grad})"]
+        lines = [f"Program(shape={self.shape}, grad={self.grad}, layout={self.layout})"]
         for step in self.steps:
             lines.append(f"  {step.kind:15s} {step.op:12s} on v{step.target}")
         lines.append(f"  return {list(self.returns)}")
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def refused_clearly(counts: dict[str, int] | None = None) -> Iterator[None]:
+    """A program aotfx refuses with its documented ``UnsupportedMutationError`` is not a finding."""
+    try:
+        yield
+    except UnsupportedMutationError:
+        if counts is not None:
+            counts["refused"] += 1
+        reject()
 
 
 def _steps() -> st.SearchStrategy[Step]:
@@ -120,4 +151,5 @@ def programs(draw: Any) -> Program:
     grad = tuple(draw(st.sampled_from(["none", "non_leaf", "leaf"])) for _ in range(num_inputs))
     steps = tuple(draw(st.lists(_steps(), min_size=1, max_size=8)))
     returns = tuple(draw(st.lists(st.integers(0, 20), min_size=0, max_size=3)))
-    return Program(shape, grad, steps, returns)
+    layout = draw(st.sampled_from(["independent", "duplicates", "overlapping", "disjoint"]))
+    return Program(shape, grad, steps, returns, layout)

@@ -510,6 +510,7 @@ def test_functional_rules_keep_arguments():
     """The table's variants take the mutating op's positional arguments, as the pass passes them."""
     for op, variant in FUNCTIONAL_RULES.items():
         assert not variant._schema.is_mutable
+
         def kinds(arguments):
             # Optional is dropped: the pass only calls the variant where the mutating op writes.
             return [re.sub(r"Optional\[(.*)\]", r"\1", str(arg.type)) for arg in arguments if not arg.kwarg_only]

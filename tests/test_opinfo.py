@@ -65,8 +65,7 @@ OPS = ELEMENTWISE + REDUCTIONS + MATMUL + VIEWS + INDEXING + NN + OTHER
 
 # Known aotfx bugs, each found by this file; strict, so a fix shows up as XPASS and the mark must go.
 # name -> (exception the bug raises, what the bug is)
-XFAIL: dict[str, tuple[type[BaseException], str]] = {
-}
+XFAIL: dict[str, tuple[type[BaseException], str]] = {}
 
 # Samples whose output shape depends on tensor data: static tracing must refuse them with torch's clear errors.
 DATA_DEPENDENT = {"narrow": {1}, "index_put": {1}, "index_fill": {1}}

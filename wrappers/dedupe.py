@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from meta.indices import DedupedArg, IndexMap, UserArg
-from meta.view_and_mutation import OutputAliasInfo, ViewAndMutationMeta
+from meta.view_and_mutation import OutputAliasInfo
 from wrappers.base import Runtime, Stage
 
 __all__ = ["Dedupe"]
@@ -50,7 +50,8 @@ class Dedupe:
             # The meta of a stage indexes that stage's own arguments.
             return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))
 
-        inner_meta = ViewAndMutationMeta(
+        inner_meta = dataclasses.replace(
+            meta,
             input_info=tuple(meta.input_info[position] for position in kept),
             output_info=tuple(renumbered(info) for info in meta.output_info),
             intermediate_bases=meta.intermediate_bases,

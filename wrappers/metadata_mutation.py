@@ -3,17 +3,19 @@
 Inside, each input whose metadata the function changes (``t_``, ``transpose_``,
 ``unsqueeze_``, ``as_strided_`` ...) is replaced by a stand-in whose geometry the
 function changes instead. Outside, after the call, the layer gives the user's
-tensor its final size, stride and offset. An output that is such an input is
-returned here, after that; views of it replay below, from the original
-geometry, each chain starting with the geometry the input had when the view was
-taken.
+tensor its final size, stride and offset, before the layers below run, which
+get a view of it in its original geometry: so the writes and view replays
+below come after the geometry change, as in eager. An output that is such an
+input is returned here; views of it replay below, each chain starting from the
+geometry the input had when eager took the view.
 
 The stand-in is a copy, unless the input shares storage with another input:
 autograd on fake tensors cannot write data through, or regenerate older views
 of, an alias whose geometry changed in place, so a copy is preferred; data the
 function writes into the copy is written into the input, in the input's own
 geometry, after the function ran. An input aliasing another must stay an alias,
-so the other input sees its writes.
+so the other input sees its writes; writing its data after changing its
+geometry, under autograd, is refused with ``UnsupportedMutationError``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from typing import Any
 import torch
 
 from meta.collect import storage_key
+from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
+from wrappers.write_back import set_versions
 
 __all__ = ["MetadataMutation"]
 
@@ -53,6 +57,14 @@ class MetadataMutation:
         self._split = split
         storages = [storage_key(arg) for arg in outer.args]
         shared = {i for i in mutated if storages.count(storages[i]) > 1}
+        for i in shared:
+            info = meta.input_info[i]
+            if info.mutates_data and info.requires_grad and torch.is_grad_enabled():
+                raise UnsupportedMutationError(
+                    f"input '{info.name}' shares memory with another input and has its metadata changed in "
+                    "place, then its data written, with autograd on: not supported yet. Pass it as its own "
+                    "tensor, or change its metadata outside the compiled function."
+                )
         copied = [i for i in mutated if i not in shared]
         written_back = [i for i in copied if meta.input_info[i].mutates_data]
         flat_fn = outer.fn
@@ -71,7 +83,8 @@ class MetadataMutation:
                 args[arg_idx].copy_(working[arg_idx].as_strided(size, stride, 0))
             return [outs[out] for out in split.kept]
 
-        inner_meta = ViewAndMutationMeta(
+        inner_meta = dataclasses.replace(
+            meta,
             input_info=tuple(
                 dataclasses.replace(info, mutates_metadata=False, final_metadata=None) for info in meta.input_info
             ),
@@ -89,19 +102,23 @@ class MetadataMutation:
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            offsets = [args[arg_idx].storage_offset() for arg_idx, _ in final]
             versions = [args[arg_idx]._version for arg_idx, _ in final]
-            inner_outs = inner(args)
-            for (arg_idx, info), offset in zip(final, offsets, strict=True):
+            # Restride first, as eager's in-place metadata op came before what follows it; the layers below
+            # get a view in the original geometry, so views eager took after the change replay after it.
+            stand_ins = list(args)
+            for arg_idx, info in final:
+                target = args[arg_idx]
+                size, stride, offset = target.shape, target.stride(), target.storage_offset()
                 assert info.final_metadata is not None
-                size, stride, relative_offset = info.final_metadata
+                final_size, final_stride, relative_offset = info.final_metadata
                 # Under the caller's grad mode: eager's t_() on a tensor with history is recorded too.
-                args[arg_idx].as_strided_(size, stride, offset + relative_offset)
-            # The version counter ends where eager's did, whatever the layers below bumped.
-            torch._C._autograd._unsafe_set_version_counter(
-                tuple(args[arg_idx] for arg_idx, _ in final),
-                tuple(v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)),
-            )
+                target.as_strided_(final_size, final_stride, offset + relative_offset)
+                stand_ins[arg_idx] = target.as_strided(size, stride, offset)
+            # The layers below count eager's bumps (this restride's too) from the count before the call.
+            targets = [args[arg_idx] for arg_idx, _ in final]
+            set_versions(targets, versions)
+            inner_outs = inner(stand_ins)
+            set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
                 assert info.base_input is not None

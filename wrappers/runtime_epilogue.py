@@ -27,7 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
-from wrappers.write_back import write_back
+from wrappers.write_back import set_versions, write_back
 
 __all__ = ["RuntimeEpilogue"]
 
@@ -82,9 +82,11 @@ class RuntimeEpilogue:
             )
             for arg_idx in mutated
         )
-        inner_meta = ViewAndMutationMeta(
+        inner_meta = dataclasses.replace(
+            meta,
             input_info=tuple(_unmutated(info) for info in meta.input_info),
             output_info=tuple(meta.output_info[i] for i in computed) + meta.intermediate_bases + new_values,
+            intermediate_bases=(),
         )
         return Stage(inner_fn, outer.args, inner_meta)
 
@@ -94,12 +96,18 @@ class RuntimeEpilogue:
         user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
         writes = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
         write_infos = [info for _, _, info in writes]
-        if not writes and len(user_to_graph) == len(meta.output_info):
+        # Inputs whose version counter eager moved: views of them are replayed at eager's version.
+        tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
+        if not writes and not tracked and len(user_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             versions = [args[arg]._version for arg, _, _ in writes]
+            before = {arg: args[arg]._version for arg, _ in tracked}
+            # Counters at eager's final values already, so what the compiled forward saves from memory
+            # shared with a written input is checked against the version eager's reads saw.
+            set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
             graph_outs = inner(args)
             outs: list[Any] = [None] * len(plan)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
@@ -108,7 +116,8 @@ class RuntimeEpilogue:
                     outs[out_idx] = graph_outs[user_to_graph[UserOut(out_idx)]]
                 elif info.replay_before_write_back:
                     assert info.base_input is not None
-                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain, made)
+                    base_input = info.base_input
+                    outs[out_idx] = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
             if writes:
                 write_back(
                     [args[arg] for arg, _, _ in writes],
@@ -125,7 +134,8 @@ class RuntimeEpilogue:
                     outs[out_idx] = args[info.base_input]
                 elif kind == OutputType.ALIAS_OF_INPUT:
                     assert info.base_input is not None
-                    outs[out_idx] = replay_views(args[info.base_input], info.view_chain, made)
+                    base_input = info.base_input
+                    outs[out_idx] = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
                 elif kind == OutputType.IS_OUTPUT:
                     assert info.base_output is not None
                     outs[out_idx] = outs[info.base_output]
@@ -135,6 +145,8 @@ class RuntimeEpilogue:
                     assert info.base_intermediate is not None
                     base = graph_outs[base_to_graph[info.base_intermediate]]
                     outs[out_idx] = replay_views(base, info.view_chain, made)
+            if tracked:
+                set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
             return outs
 
         return run

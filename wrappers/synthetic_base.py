@@ -17,6 +17,7 @@ layer: the metadata-mutation layer above removes them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import write_back
+from wrappers.write_back import set_versions, write_back
 
 __all__ = ["SyntheticBase", "clusters_to_merge", "span_base"]
 
@@ -64,12 +65,19 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
 
 
 def span_base(members: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The storage stretch the members' elements lie in, as a 1-D view of the first member's storage."""
+    """The storage stretch the members' elements lie in, as a 1-D view of their common base.
+
+    Taken from the base the members are views of (or the member that is that
+    base), so gradients reach every element; from the first member only when
+    they have no common base.
+    """
     if len({m.dtype for m in members}) > 1:
         raise NotImplementedError("inputs that share memory with different dtypes, one of them mutated")
     start = min(storage_extent(m)[0] for m in members)
     end = max(storage_extent(m)[1] for m in members)
-    return members[0].as_strided((end - start,), (1,), start)
+    roots = {id(root): root for root in (m._base if m._base is not None else m for m in members)}
+    source = next(iter(roots.values())) if len(roots) == 1 else members[0]
+    return source.as_strided((end - start,), (1,), start)
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
@@ -143,7 +151,8 @@ class SyntheticBase:
             )
             for m in mutated
         )
-        inner_meta = ViewAndMutationMeta(
+        inner_meta = dataclasses.replace(
+            meta,
             input_info=tuple(meta.input_info[arg] for arg in plain)
             + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True)),
             output_info=split.inner_output_info(meta) + new_values,
@@ -159,27 +168,33 @@ class SyntheticBase:
         assert split is not None
         num_kept = len(split.kept)
         mutated_infos = [meta.input_info[m] for m in mutated]
+        members = [m for cluster in clusters for m in cluster]
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             bases = [span_base([args[m] for m in cluster]) for cluster in clusters]
-            versions = [args[m]._version for m in mutated]
+            before = {m: args[m]._version for m in members}
+            final = [before[m] + meta.input_info[m].version_bumps for m in members]
+            set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
             inner_outs = inner([*(args[arg] for arg in plain), *bases])
             made: dict[int, torch.Tensor] = {}
 
             def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
-                assert info.base_input is not None
+                base = info.base_input
+                assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
-                    return args[info.base_input]
-                return replay_views(args[info.base_input], info.view_chain, made)
+                    return args[base]
+                return replay_views(args[base], info.view_chain, made, before[base])
 
             early = {
                 UserOut(i): rebuild(UserOut(i), info)
                 for i, info in enumerate(meta.output_info)
                 if UserOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            write_back([args[m] for m in mutated], inner_outs[num_kept:], mutated_infos, versions)
-            return split.assemble(
+            write_back([args[m] for m in mutated], inner_outs[num_kept:], mutated_infos, [before[m] for m in mutated])
+            outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
+            set_versions([args[m] for m in members], final)
+            return outs
 
         return run

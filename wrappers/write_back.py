@@ -12,7 +12,7 @@ import torch
 
 from meta.view_and_mutation import InputAliasInfo
 
-__all__ = ["write_back"]
+__all__ = ["set_versions", "write_back"]
 
 
 def write_back(
@@ -31,5 +31,9 @@ def write_back(
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
         with torch.set_grad_enabled(torch.is_grad_enabled() and info.mutation_visible_to_autograd):
             target.copy_(new_value)
-    final_versions = tuple(v + info.version_bumps for v, info in zip(versions_before, infos, strict=True))
-    torch._C._autograd._unsafe_set_version_counter(tuple(targets), final_versions)
+    set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
+
+
+def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
+    """Set version counters (shared by every view of the same memory) to eager's values."""
+    torch._C._autograd._unsafe_set_version_counter(tuple(tensors), tuple(versions))
