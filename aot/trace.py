@@ -21,6 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
 from aot.functionalize import functionalize
 from aot.partition import output_values
+from meta.alias import AliasAnalysis
 from meta.collect import fake_input, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
 from meta.view_and_mutation import ViewAndMutationMeta
@@ -104,10 +105,12 @@ def trace_inference(
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
-    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs)
+    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, drop_input_copies=True)
 
 
-def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: list[Any]) -> fx.GraphModule:
+def _finish(
+    gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: list[Any], drop_input_copies: bool = False
+) -> fx.GraphModule:
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     for node, name, desc in zip(placeholders, names, descs, strict=True):
@@ -121,6 +124,8 @@ def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: l
     functionalize(gm)
     if gm.meta["mutated_inputs"]:
         raise AssertionError(f"the traced function writes graph inputs {gm.meta['mutated_inputs']}")
+    if drop_input_copies:
+        _drop_input_copies(gm)
     graph = gm.graph
     output = graph.output_node()
     output.meta[DESC] = out_descs
@@ -132,6 +137,30 @@ def _finish(gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: l
     graph.lint()
     gm.recompile()
     return gm
+
+
+def _drop_input_copies(gm: fx.GraphModule) -> None:
+    """Read graph inputs directly where the layers copied them to write the copy.
+
+    Once the graph is functional, nothing writes the copy, so reading the input
+    is the same, and saves a copy per call (of a whole synthetic base, say);
+    kept where an output would then alias the input's memory. Inference graphs
+    only: a training forward could save the input for a backward that runs
+    after the layers wrote the input's new value into it.
+    """
+    graph = gm.graph
+    analysis = AliasAnalysis(graph)
+    outputs = [value for value in output_values(gm) if isinstance(value, fx.Node)]
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.clone.default or node.kwargs.get("memory_format") is not None:
+            continue
+        source = node.args[0]
+        if not isinstance(source, fx.Node) or source.op != "placeholder":
+            continue
+        if any(analysis.may_alias(out, node) for out in outputs):
+            continue
+        node.replace_all_uses_with(source)
+        graph.erase_node(node)
 
 
 def example_inputs(gm: fx.GraphModule) -> list[Any]:

@@ -369,9 +369,10 @@ def _input_info(
         mutates_data=bool(data_writes),
         mutates_metadata=bool(metadata_writes),
         mutations_under_no_grad=bool(data_writes) and not any(w.grad_enabled for w in data_writes),
-        mutations_hidden_from_autograd=bool(data_writes)
+        # Every write autograd could have seen went through an untracked alias (the rest were under no_grad).
+        mutations_hidden_from_autograd=any(w.grad_enabled for w in data_writes)
         and real.requires_grad
-        and all(w.hidden_from_autograd and w.grad_enabled for w in data_writes),
+        and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
         requires_grad_after=bool(data_writes) and fake.requires_grad,
         version_bumps=fake._version,
