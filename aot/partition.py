@@ -48,15 +48,12 @@ def _is_random(node: fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
-def _is_mutating(node: fx.Node) -> bool:
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
-
-
 def default_partition(
     joint_module: fx.GraphModule, _joint_inputs: Any = None, *, num_fwd_outputs: int
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Forward: what the outputs need. Backward: the rest. Saved: forward values the backward reads.
+
+    The joint graph is functional (``aot.functionalize``): data flow is all there is.
 
     A value computed from primals alone but needed only by the backward (a
     weight's transpose, say) is computed in the backward, so it is not saved:
@@ -74,18 +71,9 @@ def default_partition(
     for node in graph.nodes:
         if any(arg in tangent_dependent for arg in node.all_input_nodes):
             tangent_dependent.add(node)
-    # In-place ops on intermediates are side effects no output depends on by data: keep them as roots.
-    mutating = [n for n in graph.nodes if _is_mutating(n)]
-    backward_roots = [*grads, *(n for n in mutating if n in tangent_dependent)]
-    backward_side = _ancestors(backward_roots)
-    if mutating:
-        # Moving a primal-only value into the backward could read it after a later in-place change.
-        forward_roots = [n for n in backward_side if n not in tangent_dependent]
-    else:
-        forward_roots = [n for n in backward_side if _is_random(n) and n not in tangent_dependent]
-    forward_roots += [*fwd_outputs, *(n for n in mutating if n not in tangent_dependent)]
-    forward_nodes = _ancestors(forward_roots) | set(primals)
-    backward_nodes = _ancestors(backward_roots, stop=forward_nodes) | set(tangents)
+    random_in_backward = [n for n in _ancestors(grads) if _is_random(n) and n not in tangent_dependent]
+    forward_nodes = _ancestors([*fwd_outputs, *random_in_backward]) | set(primals)
+    backward_nodes = _ancestors(grads, stop=forward_nodes) | set(tangents)
     # A multi-output op cannot be saved as a tuple: its projections run in the forward instead.
     projections = {n for n in backward_nodes if n.target is operator.getitem and n.args[0] in forward_nodes}
     forward_nodes |= projections

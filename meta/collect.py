@@ -342,11 +342,11 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
     views, which the compiled graphs (working on copies) cannot see.
     """
     differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
-    wrt = [f for f in dict.fromkeys(fakes) if f.requires_grad]
-    if not differentiable or not wrt:
+    if not differentiable or not any(f.requires_grad for f in fakes):
         return None
     try:
-        torch.autograd.grad(differentiable, wrt, [torch.ones_like(o) for o in differentiable], allow_unused=True)
+        # All the way to the leaves, as ``loss.backward()`` goes (``autograd.grad`` to the inputs stops short).
+        torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
     except RuntimeError as error:
         if "modified by an inplace operation" in str(error):
             return str(error)
