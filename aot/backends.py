@@ -12,7 +12,18 @@ from typing import Any
 
 import torch.fx as fx
 
-__all__ = ["boxed_nop", "eager", "make_boxed_func", "nop", "to_boxed"]
+__all__ = [
+    "aotfx",
+    "aotfx_inductor",
+    "boxed_nop",
+    "eager",
+    "inductor",
+    "inductor_decompositions",
+    "make_backend",
+    "make_boxed_func",
+    "nop",
+    "to_boxed",
+]
 
 
 def make_boxed_func(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
@@ -55,3 +66,74 @@ def eager(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         return fx.Interpreter(gm).run(*args)
 
     return run
+
+
+def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
+    """The decompositions Inductor expects its graphs traced with: pass them as ``decompositions``."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())
+
+
+def inductor(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[[list[Any]], Any]:
+    """Inductor's per-graph compiler behind our frontend: generated C++ (CPU) or Triton (GPU) kernels.
+
+    Our graphs are already functional and partitioned; Inductor compiles each one
+    as it would a graph from its own AOTAutograd. Trace them with
+    ``decompositions=inductor_decompositions()``.
+    """
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    with _fake_mode_of(example_inputs):
+        compiled = compile_fx_inner(gm, example_inputs)
+
+    def run(args: list[Any]) -> Any:
+        return compiled(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _fake_mode_of(example_inputs: list[Any]) -> Any:
+    """The fake mode the example inputs belong to, active while a backend inspects them."""
+    import contextlib
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for value in example_inputs:
+        if isinstance(value, FakeTensor):
+            return value.fake_mode
+    return contextlib.nullcontext()
+
+
+def make_backend(
+    fw_compiler: Callable[..., Any] = nop,
+    bw_compiler: Callable[..., Any] | None = None,
+    partition_fn: Callable[..., Any] | None = None,
+    decompositions: Any = None,
+    inference_compiler: Callable[..., Any] | None = None,
+) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
+    """A ``torch.compile`` backend that runs aotfx around the given compilers.
+
+    ``decompositions`` is a table, or a function returning one (called per graph, so an
+    expensive table is only built when a graph is compiled).
+
+    ``torch.compile(model, backend=make_backend(my_compiler))``: Dynamo hands each
+    captured graph to ``aot_module_simplified``, which traces, functionalizes and
+    partitions it and gives the forward and backward graphs to the compilers.
+    """
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        from aot.api import aot_module_simplified
+
+        table = decompositions() if callable(decompositions) else decompositions
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler, bw_compiler, partition_fn, table, inference_compiler=inference_compiler
+        )
+
+    return backend
+
+
+# ``torch.compile(model, backend="aotfx")``, registered through the ``torch_dynamo_backends`` entry point.
+aotfx = make_backend(nop)
+aotfx_inductor = make_backend(inductor, decompositions=inductor_decompositions)
