@@ -1,5 +1,8 @@
 """``python -m aot``: train a tiny GPT eagerly and through ``aot_module`` side by side.
 
+``python -m aot cache info|clear [--dir DIR]`` shows or empties the persistent
+compile cache (``--dir``, default ``$AOTFX_CACHE_DIR``) instead.
+
 Two identical copies of ``aot.demo.TinyGPT`` take the same optimizer steps on the
 same batches, one eager, one compiled with the ``nop`` backend. Per step the two
 losses are printed and compared; then one evaluation forward under
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -27,7 +31,7 @@ from aot.core import CompiledEntry
 from aot.demo import GPTConfig, make_batches, make_model
 from aot.inspect import saved_bytes, saved_for_backward
 
-__all__ = ["main", "parse_args", "run"]
+__all__ = ["cache_command", "main", "parse_args", "run"]
 
 RTOL = 1e-5
 EVAL_ATOL = 1e-5
@@ -152,8 +156,31 @@ def run(steps: int = 5, seed: int = 0, lr: float = 3e-3, report: bool = False) -
     return 0 if ok else 1
 
 
+def cache_command(argv: Sequence[str]) -> int:
+    """``python -m aot cache info|clear [--dir DIR]``: the persistent compile cache's size, or empty it."""
+    from aot import cache_store
+    from aot.cache import ENV_DIR
+
+    parser = argparse.ArgumentParser(prog="python -m aot cache", description="Inspect or clear the compile cache.")
+    parser.add_argument("action", choices=["info", "clear"])
+    parser.add_argument("--dir", default=os.environ.get(ENV_DIR), help=f"cache directory (default ${ENV_DIR})")
+    args = parser.parse_args(argv)
+    if not args.dir:
+        print(f"no persistent cache directory: pass --dir or set {ENV_DIR}")
+        return 1
+    if args.action == "clear":
+        print(f"{args.dir}: removed {cache_store.clear(args.dir)} entries")
+    else:
+        entries, size = cache_store.info(args.dir)
+        print(f"{args.dir}: {entries} entries, {size / 1024:.1f} KiB")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aot`` and the ``aotfx`` script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["cache"]:
+        return cache_command(argv[1:])
     args = parse_args(argv)
     return run(steps=args.steps, seed=args.seed, lr=args.lr, report=args.report)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
+from aot import cache
 from aot.backends import nop
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core
@@ -156,6 +158,10 @@ class AOTFunction:
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
     ) -> tuple[CompiledEntry, _CallingConvention]:
+        reused = cache.reuse_trace(self.fn, self.config, key)
+        if reused is not None:
+            self._cache[key] = reused
+            return reused  # type: ignore[no-any-return]
         start = time.perf_counter()
         leaves, spec = tree_flatten((args, kwargs))
         stage, convention = self._flat(args, kwargs, leaves, spec)
@@ -163,6 +169,7 @@ class AOTFunction:
         entry.runtime = compile_through(default_layers(), stage, partial(compile_core, config=self.config, entry=entry))
         entry.compile_seconds = time.perf_counter() - start
         self._cache[key] = (entry, convention)
+        cache.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention
 
 
@@ -183,6 +190,7 @@ def _make_config(
     keep_inference_input_mutations: bool,
     inference_compiler: Compiler | None,
     dynamic: bool,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> AOTConfig:
     if dynamic:
         raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
@@ -194,6 +202,7 @@ def _make_config(
         decompositions=dict(decompositions or {}),
         num_params_buffers=num_params_buffers,
         keep_inference_input_mutations=keep_inference_input_mutations,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
     )
 
 
@@ -209,6 +218,7 @@ def aot_function(
     *,
     dynamic: bool = False,
     enable_log: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> AOTFunction:
     """Compile ``fn`` ahead of time: trace forward and backward, hand each graph to its compiler.
 
@@ -222,6 +232,8 @@ def aot_function(
         num_params_buffers: how many leading tensor inputs are parameters/buffers.
         keep_inference_input_mutations: let an inference graph keep its input mutations.
         inference_compiler: compiles the graph used when no gradient is needed.
+        cache_dir: persistent compile cache (``aot.cache``) for warm starts in new
+            processes; default ``$AOTFX_CACHE_DIR``, unset: in-process cache only.
 
     Returns:
         A callable with ``fn``'s calling convention that behaves as ``fn`` does
@@ -236,6 +248,7 @@ def aot_function(
         keep_inference_input_mutations,
         inference_compiler,
         dynamic,
+        cache_dir,
     )
     return AOTFunction(fn, config)
 
@@ -320,11 +333,13 @@ def aot_module(
     inference_compiler: Compiler | None = None,
     *,
     dynamic: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> AOTModule:
     """Compile ``mod``'s forward ahead of time; its parameters and buffers become graph inputs.
 
     Gradients land in the parameters' ``.grad`` as in eager. Parameters are read
     at every call, so optimizer steps (in place) and replaced parameters are seen.
+    ``cache_dir`` as in :func:`aot_function`.
     """
     config = _make_config(
         fw_compiler,
@@ -335,6 +350,7 @@ def aot_module(
         keep_inference_input_mutations,
         inference_compiler,
         dynamic,
+        cache_dir,
     )
     return AOTModule(mod, config)
 
@@ -348,6 +364,8 @@ def aot_module_simplified(
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
     keep_inference_input_mutations: bool = False,
     inference_compiler: Compiler | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
     **_ignored: Any,
 ) -> Callable[..., Any]:
     """The entry a ``torch.compile`` backend calls: returns ``forward(*runtime_args)``.
@@ -363,6 +381,7 @@ def aot_module_simplified(
         decompositions,
         keep_inference_input_mutations,
         inference_compiler,
+        cache_dir=cache_dir,
     )
 
     def forward(*runtime_args: Any) -> Any:

@@ -25,3 +25,5 @@ class AOTConfig:
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     num_params_buffers: int = 0
     keep_inference_input_mutations: bool = False
+    # Persistent compile cache directory; None: AOTFX_CACHE_DIR, else in-process only.
+    cache_dir: str | None = None

@@ -1,4 +1,4 @@
-"""The core: trace, partition, hand each graph to its compiler, wrap in autograd.
+"""The core: trace, partition, hand each graph to its compiler (through the cache), wrap in autograd.
 
 Below every layer, the flat function has no aliasing outputs; the core decides
 between a training graph pair (some output needs a gradient and grad mode is on)
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from aot import cache
 from aot.autograd import fresh_outputs, make_training_runtime
 from aot.backends import to_boxed
 from aot.config import AOTConfig
@@ -59,11 +60,11 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         num_outputs = len(meta.output_info)
         forward_gm, backward_gm = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         entry.forward, entry.backward = forward_gm, backward_gm
-        forward = to_boxed(config.fw_compiler(forward_gm, example_inputs(forward_gm)))
+        forward = _compile("forward", forward_gm, config.fw_compiler, config)
 
         def compile_backward() -> Any:
             start = time.perf_counter()
-            compiled = to_boxed(config.bw_compiler(backward_gm, example_inputs(backward_gm)))
+            compiled = _compile("backward", backward_gm, config.bw_compiler, config)
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
@@ -81,7 +82,13 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
 def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
     inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions)
     entry.inference = inference_gm
-    return to_boxed(compiler(inference_gm, example_inputs(inference_gm)))
+    return _compile("inference", inference_gm, compiler, config)
+
+
+def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig) -> Any:
+    """Every backend compile goes through the compile cache: equal graphs compile once."""
+    context = cache.KeyContext.of(config.decompositions, config.partition_fn)
+    return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
 
 
 def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:
