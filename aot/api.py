@@ -25,6 +25,7 @@ from aot import cache
 from aot.backends import nop
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core
+from aot.failures import trace_errors
 from aot.partition import default_partition
 from aot.signature import input_signature
 from aot.trace import trace_joint
@@ -52,6 +53,19 @@ def _leaf_names(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
             base = str(getattr(first, "key", first))
         names.append(base + "".join(f"_{getattr(k, 'idx', getattr(k, 'key', k))}" for k in rest))
     return names
+
+
+def _check_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise eager's ``TypeError`` for a call ``fn`` cannot take, before any tracing."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins and C functions: the call itself will say
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError(f"{name}(): {error}") from None
 
 
 @dataclass
@@ -95,10 +109,18 @@ class AOTFunction:
     ``entries`` lists what was compiled (graphs, meta, timings) for inspection.
     """
 
-    def __init__(self, fn: Callable[..., Any], config: AOTConfig, leading_names: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        config: AOTConfig,
+        leading_names: Sequence[str] = (),
+        state_key: Callable[[], Hashable] | None = None,
+    ) -> None:
         self.fn = fn
         self.config = config
         self._leading_names = list(leading_names)
+        # State outside the arguments that the trace depends on (a module's train/eval modes).
+        self._state_key = state_key
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
         self._lock = threading.Lock()
 
@@ -118,6 +140,8 @@ class AOTFunction:
         else:
             leaves, structure = tree_flatten((args, kwargs))  # type: ignore[assignment]
         key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
+        if self._state_key is not None:
+            key = (key, self._state_key())
         found = self._cache.get(key)
         if found is None:
             with self._lock:
@@ -163,10 +187,13 @@ class AOTFunction:
             self._cache[key] = reused
             return reused  # type: ignore[no-any-return]
         start = time.perf_counter()
+        _check_call(self.fn, args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
-        stage, convention = self._flat(args, kwargs, leaves, spec)
-        entry = CompiledEntry(meta=stage.meta)
-        entry.runtime = compile_through(default_layers(), stage, partial(compile_core, config=self.config, entry=entry))
+        with trace_errors():
+            stage, convention = self._flat(args, kwargs, leaves, spec)
+            entry = CompiledEntry(meta=stage.meta)
+            core = partial(compile_core, config=self.config, entry=entry)
+            entry.runtime = compile_through(default_layers(), stage, core)
         entry.compile_seconds = time.perf_counter() - start
         self._cache[key] = (entry, convention)
         cache.remember_trace(self.fn, self.config, key, (entry, convention))
@@ -298,7 +325,12 @@ class AOTModule(torch.nn.Module):
             with _bound(groups, args[:num]):
                 return module(*args[num:], **kwargs)
 
-        self._compiled = AOTFunction(functional_call, config, leading_names=names)
+        submodules = [m for _, m in module.named_modules(remove_duplicate=False)]
+
+        def modes() -> Hashable:
+            return tuple(m.training for m in submodules)
+
+        self._compiled = AOTFunction(functional_call, config, leading_names=names, state_key=modes)
 
     @staticmethod
     def _qualified(root: torch.nn.Module, owner: torch.nn.Module, attr: str) -> str:

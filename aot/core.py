@@ -19,6 +19,7 @@ from aot import cache
 from aot.autograd import fresh_outputs, make_training_runtime
 from aot.backends import to_boxed
 from aot.config import AOTConfig
+from aot.failures import backend_errors
 from aot.trace import example_inputs, trace_inference, trace_joint
 from meta.view_and_mutation import ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
@@ -88,7 +89,8 @@ def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, co
 def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig) -> Any:
     """Every backend compile goes through the compile cache: equal graphs compile once."""
     context = cache.KeyContext.of(config.decompositions, config.partition_fn)
-    return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
+    with backend_errors(kind, compiler, gm):
+        return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
 
 
 def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:

@@ -1,5 +1,21 @@
 """Exception classes of aotfx, each subclassing the builtin a caller would catch."""
 
-from meta.errors import AOTError, DoubleBackwardError, UnsupportedInputError, UnsupportedMutationError
+from meta.errors import (
+    AOTError,
+    BackendCompilerError,
+    DataDependentError,
+    DoubleBackwardError,
+    UnsupportedInputError,
+    UnsupportedMutationError,
+    UnsupportedOperatorError,
+)
 
-__all__ = ["AOTError", "DoubleBackwardError", "UnsupportedInputError", "UnsupportedMutationError"]
+__all__ = [
+    "AOTError",
+    "BackendCompilerError",
+    "DataDependentError",
+    "DoubleBackwardError",
+    "UnsupportedInputError",
+    "UnsupportedMutationError",
+    "UnsupportedOperatorError",
+]

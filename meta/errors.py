@@ -6,7 +6,15 @@ import them from ``aot.errors``.
 
 from __future__ import annotations
 
-__all__ = ["AOTError", "DoubleBackwardError", "UnsupportedInputError", "UnsupportedMutationError"]
+__all__ = [
+    "AOTError",
+    "BackendCompilerError",
+    "DataDependentError",
+    "DoubleBackwardError",
+    "UnsupportedInputError",
+    "UnsupportedMutationError",
+    "UnsupportedOperatorError",
+]
 
 
 class AOTError(Exception):
@@ -23,3 +31,15 @@ class DoubleBackwardError(AOTError, RuntimeError):
 
 class UnsupportedInputError(AOTError, TypeError):
     """An argument the compiled function cannot specialize on or trace."""
+
+
+class DataDependentError(AOTError, RuntimeError):
+    """An op whose result (a Python value or an output shape) depends on tensor data the trace does not have."""
+
+
+class UnsupportedOperatorError(AOTError, NotImplementedError):
+    """An op the fake tensors cannot run (a custom op without a fake kernel, say)."""
+
+
+class BackendCompilerError(AOTError, RuntimeError):
+    """The backend compiler raised on one of the graphs; the original exception is chained."""

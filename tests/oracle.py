@@ -77,6 +77,11 @@ def _alias_signature(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) ->
     return rows
 
 
+def _version(t: torch.Tensor) -> int:
+    """The version counter; 0 for inference tensors, which have none."""
+    return 0 if t.is_inference() else t._version
+
+
 def _autograd_state(t: torch.Tensor) -> tuple[Any, ...]:
     """Whether ``grad_fn`` is set and the tensor is a leaf, or the error reading them raises (as eager may)."""
     try:
@@ -139,8 +144,8 @@ def _check_once(
 ) -> None:
     eager_args, compiled_args = factory(), factory()
     eager_inputs, compiled_inputs = _tensor_leaves(eager_args), _tensor_leaves(compiled_args)
-    versions_before = [t._version for t in compiled_inputs]
-    eager_versions_before = [t._version for t in eager_inputs]
+    versions_before = [_version(t) for t in compiled_inputs]
+    eager_versions_before = [_version(t) for t in eager_inputs]
     eager_out, eager_error = _run(fn, eager_args, kwargs)
     compiled_out, compiled_error = _run(compiled, compiled_args, kwargs)
     if eager_error is not None:
@@ -172,8 +177,8 @@ def _check_once(
     for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
         _compare_values(f"input {i} after the call", c, e, rtol, atol)
         assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset(), f"input {i} metadata"
-    compiled_bumps = [t._version - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
-    eager_bumps = [t._version - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
+    compiled_bumps = [_version(t) - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
+    eager_bumps = [_version(t) - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
     assert compiled_bumps == eager_bumps, f"version counter bumps {compiled_bumps} != eager {eager_bumps}"
 
     if not backward:

@@ -106,9 +106,11 @@ class MetadataMutation:
             # Restride first, as eager's in-place metadata op came before what follows it; the layers below
             # get a view in the original geometry, so views eager took after the change replay after it.
             stand_ins = list(args)
+            originals = []
             for arg_idx, info in final:
                 target = args[arg_idx]
                 size, stride, offset = target.shape, target.stride(), target.storage_offset()
+                originals.append((target, size, stride, offset))
                 assert info.final_metadata is not None
                 final_size, final_stride, relative_offset = info.final_metadata
                 # Under the caller's grad mode: eager's t_() on a tensor with history is recorded too.
@@ -117,7 +119,14 @@ class MetadataMutation:
             # The layers below count eager's bumps (this restride's too) from the count before the call.
             targets = [args[arg_idx] for arg_idx, _ in final]
             set_versions(targets, versions)
-            inner_outs = inner(stand_ins)
+            try:
+                inner_outs = inner(stand_ins)
+            except BaseException:
+                with torch.no_grad():  # nothing half-done: the caller's tensors get their geometry back
+                    for target, size, stride, offset in originals:
+                        target.as_strided_(size, stride, offset)
+                set_versions(targets, versions)
+                raise
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:

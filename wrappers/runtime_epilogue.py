@@ -108,7 +108,13 @@ class RuntimeEpilogue:
             # Counters at eager's final values already, so what the compiled forward saves from memory
             # shared with a written input is checked against the version eager's reads saw.
             set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
-            graph_outs = inner(args)
+            try:
+                graph_outs = inner(args)
+            except BaseException:
+                set_versions(
+                    [args[arg] for arg, _ in tracked], [before[arg] for arg, _ in tracked]
+                )  # nothing half-done
+                raise
             outs: list[Any] = [None] * len(plan)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
             for out_idx, info in plan:

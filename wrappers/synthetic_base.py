@@ -175,7 +175,11 @@ class SyntheticBase:
             before = {m: args[m]._version for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
             set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
-            inner_outs = inner([*(args[arg] for arg in plain), *bases])
+            try:
+                inner_outs = inner([*(args[arg] for arg in plain), *bases])
+            except BaseException:
+                set_versions([args[m] for m in members], [before[m] for m in members])  # nothing half-done
+                raise
             made: dict[int, torch.Tensor] = {}
 
             def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:

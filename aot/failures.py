@@ -1,0 +1,93 @@
+"""Turn what torch raises while tracing or compiling into errors that name the culprit.
+
+A fake-tensor exception says which ATen op failed but not where in the user's
+function it was called; a backend's exception says nothing of which graph it
+was given. These wrappers add both, and chain the original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import tempfile
+import traceback
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import torch.fx as fx
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
+
+from aot.errors import BackendCompilerError, DataDependentError, UnsupportedOperatorError
+
+__all__ = ["backend_errors", "trace_errors", "user_line"]
+
+_PACKAGE_DIRS = tuple(
+    os.path.dirname(os.path.abspath(module.__file__ or ""))
+    for module in (__import__("torch"), __import__("aot"), __import__("meta"), __import__("wrappers"))
+)
+
+
+def user_line(tb: TracebackType | None) -> str:
+    """The innermost frame of ``tb`` outside torch and aotfx: ``file:line: source``."""
+    found = "an unknown line"
+    for frame, lineno in traceback.walk_tb(tb):
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if filename.startswith(_PACKAGE_DIRS) or filename.startswith("<"):
+            continue
+        source = linecache.getline(filename, lineno).strip()
+        found = f"{filename}:{lineno}: {source}" if source else f"{filename}:{lineno}"
+    return found
+
+
+@contextlib.contextmanager
+def trace_errors() -> Iterator[None]:
+    """Around tracing: data-dependent and unsupported ops become aotfx errors naming the op and the line."""
+    try:
+        yield
+    except (DataDependentOutputException, DynamicOutputShapeException) as error:
+        op = getattr(error, "func", "an op")
+        raise DataDependentError(
+            f"{op} needs the values of a tensor, which ahead-of-time tracing does not have "
+            f"(called at {user_line(error.__traceback__)}). aotfx traces static shapes: keep data-dependent "
+            "control flow and ops like .item(), nonzero() or unique() outside the compiled function, or "
+            "split the function there."
+        ) from error
+    except UnsupportedOperatorException as error:
+        op = getattr(error, "func", "an op")
+        raise UnsupportedOperatorError(
+            f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}). "
+            "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
+        ) from error
+
+
+def _written_for_reproduction(kind: str, gm: fx.GraphModule) -> str:
+    """Write the graph's code to a file the user can read and rerun; return its path."""
+    handle, path = tempfile.mkstemp(prefix=f"aotfx_{kind}_graph_", suffix=".py")
+    with os.fdopen(handle, "w") as file:
+        file.write(f"# the {kind} graph aotfx handed to the backend compiler that raised\n")
+        file.write(gm.code)
+    return path
+
+
+def backend_errors(kind: str, compiler: Any, gm: fx.GraphModule) -> contextlib.AbstractContextManager[None]:
+    """Around a backend compile: its exception becomes a ``BackendCompilerError`` naming backend and graph."""
+
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:
+            name = getattr(compiler, "__qualname__", None) or type(compiler).__qualname__
+            path = _written_for_reproduction(kind, gm)
+            raise BackendCompilerError(
+                f"backend compiler {name!r} raised {type(error).__name__} on the {kind} graph: {error}\n"
+                f"The graph's code is in {path}."
+            ) from error
+
+    return guard()
