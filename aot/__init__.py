@@ -5,6 +5,7 @@ the backend compiler of your choice, and get back a callable that behaves like
 the eager function.
 """
 
+from aot import inspect, logs  # logs: AOTFX_LOGS takes effect on import
 from aot.api import AOTFunction, AOTModule, aot_export_joint, aot_function, aot_module, aot_module_simplified
 from aot.backends import boxed_nop, eager, make_boxed_func, nop
 from aot.partition import default_partition
@@ -21,6 +22,8 @@ __all__ = [
     "boxed_nop",
     "default_partition",
     "eager",
+    "inspect",
+    "logs",
     "make_boxed_func",
     "nop",
 ]

@@ -72,7 +72,7 @@ __all__ = [
     "stats",
 ]
 
-log = logging.getLogger("aot")
+log = logging.getLogger("aot.cache")
 
 ENV_DIR = "AOTFX_CACHE_DIR"
 MAX_ENTRIES = 1024  # in-process entries kept (least recently used dropped first)

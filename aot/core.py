@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from aot import cache
+from aot import cache, logs
 from aot.autograd import fresh_outputs, make_training_runtime
 from aot.backends import to_boxed
 from aot.config import AOTConfig
@@ -88,6 +88,7 @@ def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, co
 
 def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig) -> Any:
     """Every backend compile goes through the compile cache: equal graphs compile once."""
+    logs.log_graph(kind, gm)
     context = cache.KeyContext.of(config.decompositions, config.partition_fn)
     with backend_errors(kind, compiler, gm):
         return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))

@@ -20,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
 from aot.functionalize import functionalize
+from aot.inspect import recording_source_lines
 from aot.partition import output_values
 from meta.alias import AliasAnalysis
 from meta.collect import fake_input, saved_tensor_hooks_suspended
@@ -75,7 +76,7 @@ def trace_joint(
                 grads[arg_idx] = grad
         return [*outs, *grads]
 
-    with saved_tensor_hooks_suspended(), fake_mode:
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode:
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
@@ -100,7 +101,7 @@ def trace_inference(
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
         return list(flat_fn(*args))
 
-    with saved_tensor_hooks_suspended(), fake_mode, torch.no_grad():
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.no_grad():
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]

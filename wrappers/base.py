@@ -9,6 +9,7 @@ wrapping a hand-written inner runtime.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,11 +45,52 @@ class Layer(Protocol):
 
 CoreCompiler = Callable[[Stage], Runtime]
 
+# The ``aot.layers`` channel (``AOTFX_LOGS=layers``); named here so this package does not import ``aot``.
+_log = logging.getLogger("aot.layers")
+
+
+def _mutated(meta: ViewAndMutationMeta) -> list[str]:
+    kinds = {(True, False): "data", (False, True): "metadata", (True, True): "data+metadata"}
+    return [
+        f"{info.name} ({kinds[info.mutates_data, info.mutates_metadata]})" for info in meta.input_info if info.mutates
+    ]
+
+
+def _log_rewrite(layer: Layer, outer: Stage, inner: Stage) -> None:
+    """One record per layer: how its ``pre_compile`` changed the calling convention."""
+    fields: dict[str, Any] = {
+        "layer": type(layer).__name__,
+        "outer_args": [info.name for info in outer.meta.input_info],
+        "inner_args": [info.name for info in inner.meta.input_info],
+        "outer_outputs": len(outer.meta.output_info),
+        "inner_outputs": len(inner.meta.output_info),
+        "inner_intermediate_bases": inner.meta.num_intermediate_bases,
+        "outer_mutated": _mutated(outer.meta),
+        "inner_mutated": _mutated(inner.meta),
+    }
+    _log.debug(
+        "%s: args %d -> %d %s -> %s; outputs %d -> %d%s; mutated inputs %s -> %s",
+        fields["layer"],
+        len(fields["outer_args"]),
+        len(fields["inner_args"]),
+        fields["outer_args"],
+        fields["inner_args"],
+        fields["outer_outputs"],
+        fields["inner_outputs"],
+        f" (+{inner.meta.num_intermediate_bases} intermediate bases)" if inner.meta.num_intermediate_bases else "",
+        fields["outer_mutated"] or "none",
+        fields["inner_mutated"] or "none",
+        extra={"aot": fields},
+    )
+
 
 def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> Runtime:
     """Run every layer's ``pre_compile`` outside-in, the core, then every ``post_compile`` inside-out."""
     for layer in layers:
-        stage = layer.pre_compile(stage)
+        inner = layer.pre_compile(stage)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log_rewrite(layer, stage, inner)
+        stage = inner
     runtime = core(stage)
     for layer in reversed(layers):
         runtime = layer.post_compile(runtime)
