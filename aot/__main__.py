@@ -1,7 +1,9 @@
 """``python -m aot``: train a tiny GPT eagerly and through ``aot_module`` side by side.
 
 ``python -m aot cache info|clear [--dir DIR]`` shows or empties the persistent
-compile cache (``--dir``, default ``$AOTFX_CACHE_DIR``) instead.
+compile cache (``--dir``, default ``$AOTFX_CACHE_DIR``) instead;
+``python -m aot inspect module:function --shapes 4x8 8x16`` prints the graphs
+and report of a user function.
 
 Two identical copies of ``aot.demo.TinyGPT`` take the same optimizer steps on the
 same batches, one eager, one compiled with the ``nop`` backend. Per step the two
@@ -31,7 +33,7 @@ from aot.core import CompiledEntry
 from aot.demo import GPTConfig, make_batches, make_model
 from aot.inspect import saved_bytes, saved_for_backward
 
-__all__ = ["cache_command", "main", "parse_args", "run"]
+__all__ = ["cache_command", "inspect_command", "main", "parse_args", "run"]
 
 RTOL = 1e-5
 EVAL_ATOL = 1e-5
@@ -176,11 +178,46 @@ def cache_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def inspect_command(argv: Sequence[str]) -> int:
+    """``python -m aot inspect module:function --shapes 4x8 8x16 [--no-grad]``: graphs and report of a function."""
+    import importlib
+
+    from aot.inspect import report
+
+    parser = argparse.ArgumentParser(prog="python -m aot inspect", description=inspect_command.__doc__)
+    parser.add_argument("target", help="module:function, the module importable from the current directory")
+    parser.add_argument(
+        "--shapes", nargs="+", required=True, help="one shape per tensor argument, e.g. 4x8 (scalar: '')"
+    )
+    parser.add_argument("--no-grad", action="store_true", help="inputs do not require grad: the inference graph")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    module_name, _, function_name = args.target.partition(":")
+    if not function_name:
+        parser.error("target must be module:function")
+    sys.path.insert(0, os.getcwd())
+    fn = getattr(importlib.import_module(module_name), function_name)
+    generator = torch.Generator().manual_seed(args.seed)
+    inputs = [
+        torch.randn([int(d) for d in shape.split("x") if d], generator=generator).requires_grad_(not args.no_grad)
+        for shape in args.shapes
+    ]
+    compiled = aot.aot_function(fn, aot.nop)
+    outputs = [o for o in torch.utils._pytree.tree_leaves(compiled(*inputs)) if isinstance(o, torch.Tensor)]
+    differentiable = [o for o in outputs if o.requires_grad]
+    if differentiable:
+        torch.autograd.backward([o.sum() for o in differentiable])  # compiles the backward graph too
+    print(report(compiled.entries[0]))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aot`` and the ``aotfx`` script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["cache"]:
         return cache_command(argv[1:])
+    if argv[:1] == ["inspect"]:
+        return inspect_command(argv[1:])
     args = parse_args(argv)
     return run(steps=args.steps, seed=args.seed, lr=args.lr, report=args.report)
 

@@ -25,3 +25,14 @@ def test_main_job_two_steps(capsys: pytest.CaptureFixture[str]) -> None:
 def test_main_job_rejects_zero_steps() -> None:
     with pytest.raises(SystemExit):
         main(["--steps", "0"])
+
+
+def test_inspect_command_prints_graphs_of_a_user_function(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "user_module_for_inspect.py").write_text(
+        "import torch\n\ndef layer(x, w):\n    return torch.tanh(x @ w)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["inspect", "user_module_for_inspect:layer", "--shapes", "4x8", "8x3"]) == 0
+    out = capsys.readouterr().out
+    assert "forward graph" in out and "backward graph" in out and "aten.tanh.default" in out
+    assert "user_module_for_inspect.py:4" in out  # saved values carry the user's source line
