@@ -61,7 +61,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         num_outputs = len(meta.output_info)
         forward_gm, backward_gm = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         entry.forward, entry.backward = forward_gm, backward_gm
-        forward = _compile("forward", forward_gm, config.fw_compiler, config)
+        forward = _with_grad_mode_for_kernels(forward_gm, _compile("forward", forward_gm, config.fw_compiler, config))
 
         def compile_backward() -> Any:
             start = time.perf_counter()
@@ -92,6 +92,24 @@ def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig) ->
     context = cache.KeyContext.of(config.decompositions, config.partition_fn)
     with backend_errors(kind, compiler, gm):
         return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
+
+
+# Kernels that compute what the backward needs only when grad mode is on (mkldnn's LSTM workspace),
+# while an autograd.Function's forward runs under no_grad.
+_GRAD_MODE_KERNELS = frozenset({torch.ops.aten.mkldnn_rnn_layer.default})
+
+
+def _with_grad_mode_for_kernels(gm: fx.GraphModule, forward: Any) -> Any:
+    """Run the compiled forward with grad mode on (inputs detached: nothing is recorded) if it needs it."""
+    if not any(node.target in _GRAD_MODE_KERNELS for node in gm.graph.nodes):
+        return forward
+
+    def run(args: list[Any]) -> Any:
+        detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        with torch.enable_grad():
+            return forward(detached)
+
+    return run
 
 
 def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -483,3 +485,37 @@ def test_storage_alias_made_by_a_non_view_op():
     """unsafe_split shares storage without autograd view tracking: same as eager, no _base."""
     check(lambda x: torch.unsafe_split(x, 2), seeded((4, 3)))
     check(lambda x: torch.unsafe_chunk(x * 2, 2), seeded((4, 3)))
+
+
+MODULE_ZOO = {
+    "lstm": (lambda: nn.LSTM(8, 16, num_layers=2, batch_first=True), lambda: (torch.randn(2, 5, 8),)),
+    "gru": (lambda: nn.GRU(8, 16), lambda: (torch.randn(5, 2, 8),)),
+    "multihead_attention": (
+        lambda: nn.MultiheadAttention(16, 4, batch_first=True),
+        lambda: (lambda q: (q, q, q))(torch.randn(2, 5, 16)),
+    ),
+    "transformer_encoder_layer": (
+        lambda: nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True),
+        lambda: (torch.randn(2, 5, 16),),
+    ),
+    "embedding_bag": (lambda: nn.EmbeddingBag(10, 4, mode="mean"), lambda: (torch.tensor([[1, 2], [3, 4]]),)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_ZOO))
+def test_torch_nn_modules_match_eager(name):
+    make_module, make_args = MODULE_ZOO[name]
+    torch.manual_seed(0)
+    model = make_module()
+    reference = copy.deepcopy(model)
+    compiled = aot.aot_module(model, aot.nop)
+    torch.manual_seed(1)
+    args = make_args()
+    outs = [t for t in torch.utils._pytree.tree_leaves(compiled(*args)) if isinstance(t, torch.Tensor)]
+    expected = [t for t in torch.utils._pytree.tree_leaves(reference(*args)) if isinstance(t, torch.Tensor)]
+    for out, exp in zip(outs, expected, strict=True):
+        torch.testing.assert_close(out, exp, rtol=1e-5, atol=1e-5)
+    sum(t.sum() for t in outs if t.requires_grad).backward()
+    sum(t.sum() for t in expected if t.requires_grad).backward()
+    for (param_name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=param_name)
