@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/opinfo_sweep.py [--ops abs,view,nn.functional.conv2d] [--limit-samples 3]
-                                      [--jobs 2] [--json results.json] [--no-torch]
+                                      [--jobs 2] [--json results.json] [--no-torch] [--inplace]
 
 For each OpInfo (CPU, float32; an op without float32 uses its first supported
 dtype in the order float32, complex64, float64, complex128, int64, ...) the first
@@ -25,6 +25,19 @@ An exception in the eager forward skips the sample; one in the eager backward
 skips only the gradient check. Any exception in the compiled function, or a
 mismatch, fails the sample for that compiler. The same check runs for
 ``aot.aot_function(f, aot.nop)`` and ``torch._functorch.aot_autograd.aot_function(f, nop)``.
+
+``--inplace`` checks instead the in-place variant of every OpInfo that has one
+(``op.inplace_variant``, e.g. ``torch.Tensor.add_``): ``f(self, *tensors)`` calls it
+on the sample (non-tensor arguments baked in). Each run gets fresh clones; ``self``
+is made a non-leaf (``leaf * 1``) when it requires grad (eager refuses in-place on
+such a leaf), a plain tensor otherwise (every input is detached when the OpInfo says
+``supports_inplace_autograd=False``). Compared with eager: the returned value as
+above (identity with / aliasing of ``self`` included), ``self`` after the call
+(dtype, shape, stride, ``requires_grad``, values), the other inputs after the call,
+whether ``self``'s version counter was bumped, and the gradients w.r.t. the original
+leaves of ``sum(self_after * cotangent)`` (plus any other differentiable output).
+Samples whose input is not a tensor, or where eager raises (e.g. broadcasting into
+``self`` fails), are skipped; random ops skip the value comparisons.
 
 Ops run in ``--jobs`` worker processes, one op at a time each; a worker that
 hangs past ``--op-timeout`` or dies is replaced and the op is recorded as
@@ -538,6 +551,179 @@ def torchs(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# In-place variants (--inplace)
+
+
+def has_inplace(op: Any) -> bool:
+    return op.inplace_variant is not None
+
+
+@dataclass
+class InplaceRun:
+    leaves: list[Any]  # fresh leaf clones; leaves[0] is self's leaf
+    self_: torch.Tensor  # the tensor mutated: a non-leaf (``leaf * 1``) when it requires grad
+    outputs: Any = None
+    version_before: int = 0
+    after: list[Any] = field(default_factory=list)  # detached snapshots of every input right after the call
+
+
+def build_inplace_function(op: Any, sample: Any) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+    """``f(self, *tensor_args)`` calling ``op.inplace_variant``; raises ``OutOfScope`` if the input is no tensor."""
+    if not isinstance(sample.input, torch.Tensor):
+        raise OutOfScope(f"sample input is {type(sample.input).__name__}, not a tensor")
+    return build_function(op.inplace_variant, sample)  # the sample's input is its first tensor leaf
+
+
+def _inplace_inputs(tensors: list[torch.Tensor], autograd: bool) -> InplaceRun:
+    """Fresh clones; ``self`` made a non-leaf when it requires grad (eager refuses in-place on such a leaf)."""
+    leaves = _clone_leaves(tensors)
+    if not autograd:
+        leaves = [t.detach() if isinstance(t, torch.Tensor) else t for t in leaves]
+    self_ = leaves[0] * 1 if leaves[0].requires_grad else leaves[0]
+    return InplaceRun(leaves, self_, version_before=self_._version)
+
+
+def _call_inplace(fn: Callable[..., Any], run: InplaceRun, seed: int) -> InplaceRun:
+    rest = run.leaves[1:]
+    torch.manual_seed(seed)
+    run.outputs = fn(run.self_, *rest)
+    run.after = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in [run.self_, *rest]]
+    return run
+
+
+def _inplace_targets(run: InplaceRun) -> list[torch.Tensor]:
+    """``self``'s new value, then any other differentiable output."""
+    out = [t for t in [run.self_] if t.requires_grad and (t.dtype.is_floating_point or t.dtype.is_complex)]
+    leaves, _ = tree_flatten(run.outputs)
+    for t in leaves:
+        if isinstance(t, torch.Tensor) and t is not run.self_ and t.layout == torch.strided and t.requires_grad:
+            if t.dtype.is_floating_point or t.dtype.is_complex:
+                out.append(t)
+    return out
+
+
+def _compare_inplace_state(eager: InplaceRun, compiled: InplaceRun, values: bool) -> None:
+    e, c = eager.self_, compiled.self_
+    if (e.dtype, e.shape, e.stride()) != (c.dtype, c.shape, c.stride()):
+        raise Mismatch(
+            "self-meta",
+            f"self after: {c.dtype} {tuple(c.shape)} stride {c.stride()}, "
+            f"eager {e.dtype} {tuple(e.shape)} stride {e.stride()}",
+        )
+    if e.requires_grad != c.requires_grad:
+        raise Mismatch("self-meta", f"self after: requires_grad={c.requires_grad}, eager {e.requires_grad}")
+    e_bump, c_bump = e._version - eager.version_before, c._version - compiled.version_before
+    if (e_bump > 0) != (c_bump > 0):
+        raise Mismatch("self-version", f"self's version counter bumped by {c_bump}, eager by {e_bump}")
+    for position, (a_e, a_c) in enumerate(zip(eager.after, compiled.after)):
+        if not isinstance(a_e, torch.Tensor) or not values:
+            continue
+        what = "self after" if position == 0 else f"input {position} after"
+        if a_e.shape != a_c.shape:
+            raise Mismatch("self-meta", f"{what}: shape {tuple(a_c.shape)}, eager {tuple(a_e.shape)}")
+        try:
+            _assert_close(a_c, a_e, FORWARD_TOL)
+        except AssertionError as err:
+            raise Mismatch("self-value", f"{what}: {_first_lines(str(err), 3)}") from None
+
+
+def check_inplace_sample(
+    op: Any,
+    sample: Any,
+    compilers: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]],
+    seed: int = 0,
+    timeout: float = 0.0,
+) -> tuple[Outcome | None, dict[str, Outcome]]:
+    """The in-place variant: eager once, then every compiler (see ``--inplace`` in the module docstring)."""
+    try:
+        f, tensors = build_inplace_function(op, sample)
+    except OutOfScope as err:
+        return Outcome("skip", "eager", "OutOfScope", str(err)), {}
+    autograd = bool(op.supports_inplace_autograd)
+    try:
+        with _alarm(timeout):
+            eager = _call_inplace(f, _inplace_inputs(tensors, autograd), seed)
+    except Exception as err:
+        return Outcome("skip", "eager", type(err).__name__, _first_lines(str(err))), {}
+    detector = _Probe({})
+    try:
+        with torch.no_grad(), detector:
+            _call_inplace(f, _inplace_inputs(tensors, autograd), seed)
+    except Exception:
+        pass
+    values = not detector.random
+    grad_leaves = _grad_inputs(eager.leaves)
+    targets = _inplace_targets(eager)
+    cotangents = grads = None
+    if grad_leaves and targets:
+        generator = torch.Generator().manual_seed(seed + 1)
+        cotangents = [torch.randn(t.shape, dtype=t.dtype, generator=generator) for t in targets]
+        try:
+            grads = _grads(targets, [eager.leaves[i] for i in grad_leaves], cotangents)
+        except Exception:
+            cotangents = None
+    results = {}
+    for name, compile_fn in compilers.items():
+        results[name] = _check_inplace_compiled(
+            compile_fn, f, tensors, eager, autograd, grad_leaves, cotangents, grads, seed, values, timeout
+        )
+    return None, results
+
+
+def _check_inplace_compiled(
+    compile_fn: Callable[[Callable[..., Any]], Callable[..., Any]],
+    f: Callable[..., Any],
+    tensors: list[torch.Tensor],
+    eager: InplaceRun,
+    autograd: bool,
+    grad_leaves: list[int],
+    cotangents: list[torch.Tensor] | None,
+    eager_grads: list[Any] | None,
+    seed: int,
+    values: bool,
+    timeout: float,
+) -> Outcome:
+    stage = "compile/forward"
+    try:
+        with _alarm(timeout):
+            compiled_fn = compile_fn(f)
+            run = _call_inplace(compiled_fn, _inplace_inputs(tensors, autograd), seed)
+            stage = "forward-check"
+            e_inputs = [eager.self_, *eager.leaves[1:]]
+            c_inputs = [run.self_, *run.leaves[1:]]
+            aliases = _compare_outputs(eager.outputs, run.outputs, e_inputs, c_inputs, values)
+            _compare_inplace_state(eager, run, values)
+            if cotangents is None or eager_grads is None:
+                return Outcome("pass", aliases=aliases)
+            stage = "backward"
+            targets = _inplace_targets(run)
+            if len(targets) != len(cotangents):
+                raise Mismatch("backward", f"{len(targets)} differentiable targets, eager has {len(cotangents)}")
+            grads = _grads(targets, [run.leaves[i] for i in grad_leaves], cotangents)
+            stage = "grad-check"
+            for position, (g_c, g_e) in enumerate(zip(grads, eager_grads)):
+                leaf = grad_leaves[position]
+                where = "grad of self's leaf" if leaf == 0 else f"grad of input {leaf}"
+                if g_e is None or g_c is None:
+                    present = g_c if g_e is None else g_e
+                    if present is not None and values and not bool((present == 0).all()):
+                        raise Mismatch("grad-value", f"{where}: {'None' if g_c is None else 'a tensor'} compiled")
+                    continue
+                if g_c.shape != g_e.shape or g_c.dtype != g_e.dtype:
+                    raise Mismatch("grad-meta", f"{where}: {_describe(g_c)} vs eager {_describe(g_e)}")
+                if values:
+                    try:
+                        _assert_close(g_c, g_e, GRAD_TOL)
+                    except AssertionError as err:
+                        raise Mismatch("grad-value", f"{where}: {_first_lines(str(err), 3)}") from None
+            return Outcome("pass", grad_checked=True, aliases=aliases)
+    except Mismatch as err:
+        return Outcome("fail", err.kind, "Mismatch", str(err)[len(err.kind) + 3 :])
+    except Exception as err:
+        return Outcome("fail", stage, type(err).__name__, _first_lines(str(err)) or type(err).__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The sweep
 
 
@@ -550,7 +736,9 @@ class OpResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_op(op: Any, limit: int, compilers: dict[str, Callable[..., Any]], timeout: float) -> OpResult:
+def run_op(
+    op: Any, limit: int, compilers: dict[str, Callable[..., Any]], timeout: float, inplace: bool = False
+) -> OpResult:
     start = time.perf_counter()
     result = OpResult(op_id(op))
     dtype = pick_dtype(op)
@@ -565,7 +753,8 @@ def run_op(op: Any, limit: int, compilers: dict[str, Callable[..., Any]], timeou
         result.note = f"sample_inputs raised {type(err).__name__}: {_first_lines(str(err))}"
         return result
     for index, sample in enumerate(picked):
-        skip, outcomes = check_sample(op, sample, compilers, seed=index, timeout=timeout)
+        check = check_inplace_sample if inplace else check_sample
+        skip, outcomes = check(op, sample, compilers, seed=index, timeout=timeout)
         entry: dict[str, Any] = {"index": index}
         if skip is not None:
             entry["skip"] = f"{skip.error_type}: {skip.message}"
@@ -576,7 +765,7 @@ def run_op(op: Any, limit: int, compilers: dict[str, Callable[..., Any]], timeou
     return result
 
 
-def _worker(limit: int, names: list[str], timeout: float, tasks: Any, results: Any) -> None:
+def _worker(limit: int, names: list[str], timeout: float, tasks: Any, results: Any, inplace: bool = False) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     by_name = {op_id(op): op for op in op_db()}
@@ -588,13 +777,15 @@ def _worker(limit: int, names: list[str], timeout: float, tasks: Any, results: A
             return
         results.put(("start", task, os.getpid()))
         try:
-            outcome = run_op(by_name[task], limit, compilers, timeout)
+            outcome = run_op(by_name[task], limit, compilers, timeout, inplace)
         except Exception:
             outcome = OpResult(task, note=f"sweep error: {_first_lines(traceback.format_exc(), 20)}")
         results.put(("done", task, asdict(outcome)))
 
 
-def sweep(names: list[str], limit: int, jobs: int, compilers: list[str], op_timeout: float) -> list[dict[str, Any]]:
+def sweep(
+    names: list[str], limit: int, jobs: int, compilers: list[str], op_timeout: float, inplace: bool = False
+) -> list[dict[str, Any]]:
     ctx = mp.get_context("fork")
     tasks, results = ctx.Queue(), ctx.Queue()
     for name in names:
@@ -605,7 +796,8 @@ def sweep(names: list[str], limit: int, jobs: int, compilers: list[str], op_time
     sample_timeout = max(op_timeout / max(limit, 1) / 2, 30.0)
 
     def spawn() -> None:
-        proc = ctx.Process(target=_worker, args=(limit, compilers, sample_timeout, tasks, results), daemon=True)
+        worker_args = (limit, compilers, sample_timeout, tasks, results, inplace)
+        proc = ctx.Process(target=_worker, args=worker_args, daemon=True)
         proc.start()
         workers[proc.pid] = proc
 
@@ -694,7 +886,12 @@ def summarize(results: list[dict[str, Any]], compilers: list[str]) -> dict[str, 
     for result in results:
         for sample in result["samples"]:
             if "skip" in sample:
-                skipped["out of scope (mutates an input)" if "OutOfScope" in sample["skip"] else "eager raised"] += 1
+                if "OutOfScope" not in sample["skip"]:
+                    skipped["eager raised"] += 1
+                elif "mutat" in sample["skip"]:
+                    skipped["out of scope (mutates an input)"] += 1
+                else:
+                    skipped["out of scope (input is not a tensor)"] += 1
         checked = [s for s in result["samples"] if "skip" not in s]
         if not checked:
             ops_all_skipped.append(
@@ -775,11 +972,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--json", default="", help="write per-sample results and the summary here")
     parser.add_argument("--no-torch", action="store_true", help="check aotfx only")
+    parser.add_argument(
+        "--inplace", action="store_true", help="check the in-place variants (op.inplace_variant) instead"
+    )
     parser.add_argument("--op-timeout", type=float, default=300.0, help="seconds before an op's worker is killed")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
-    every = [op_id(op) for op in op_db()]
+    every = [op_id(op) for op in op_db() if has_inplace(op) or not args.inplace]
     if args.ops:
         wanted = [name.strip() for name in args.ops.split(",") if name.strip()]
         unknown = [name for name in wanted if name not in every]
@@ -791,10 +991,12 @@ def main(argv: list[str] | None = None) -> int:
         names = every
     names = list(dict.fromkeys(names))
     compilers = ["ours"] if args.no_torch else ["ours", "torch"]
-    print(f"checking {len(names)} ops, {args.limit_samples} samples each, {args.jobs} jobs", file=sys.stderr)
+    mode = "in-place variants" if args.inplace else "functional variants"
+    print(f"checking {len(names)} ops ({mode}), {args.limit_samples} samples each, {args.jobs} jobs", file=sys.stderr)
     start = time.perf_counter()
-    results = sweep(names, args.limit_samples, args.jobs, compilers, args.op_timeout)
+    results = sweep(names, args.limit_samples, args.jobs, compilers, args.op_timeout, args.inplace)
     summary = summarize(results, compilers)
+    summary["mode"] = "inplace" if args.inplace else "functional"
     summary["seconds"] = round(time.perf_counter() - start, 1)
     print_summary(summary)
     print(f"\n({summary['seconds']}s)")

@@ -96,12 +96,20 @@ def storage_extent(tensor: torch.Tensor) -> tuple[int, int]:
     return start, start + 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
+def _touch_interval(tensor: torch.Tensor) -> tuple[int, int]:
+    """The storage extent, an empty tensor counted as touching its offset: an in-place op on it is
+    still a mutation of that input to eager (its version counter moves), so it must meet it."""
+    start, end = storage_extent(tensor)
+    return (start, start + 1) if end == start else (start, end)
+
+
+def _intersect(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors may share an element: same storage and intersecting extents."""
-    if storage_key(a) != storage_key(b):
-        return False
-    (a_start, a_end), (b_start, b_end) = storage_extent(a), storage_extent(b)
-    return a_start < b_end and b_start < a_end
+    return storage_key(a) == storage_key(b) and _intersect(_touch_interval(a), _touch_interval(b))
 
 
 def fake_inputs(fake_mode: FakeTensorMode, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -153,12 +161,11 @@ class _Write:
     extent: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
-        self.storage, self.extent = storage_key(self.tensor), storage_extent(self.tensor)
+        self.storage, self.extent = storage_key(self.tensor), _touch_interval(self.tensor)
 
     def hits(self, tensor: torch.Tensor) -> bool:
         """Whether this write may have changed an element of ``tensor``."""
-        start, end = storage_extent(tensor)
-        return self.storage == storage_key(tensor) and self.extent[0] < end and start < self.extent[1]
+        return self.storage == storage_key(tensor) and _intersect(self.extent, _touch_interval(tensor))
 
 
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]

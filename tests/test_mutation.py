@@ -63,6 +63,7 @@ PROGRAMS = {
     "two_mutations": (lambda x: (x.add_(1), x[0].mul_(2), x.sin())[2], leaves((3, 3), requires_grad=False)),
     "leaf_requiring_grad_raises": (lambda x: x.add_(1), leaves((3,))),
     "out_into_input": (lambda x, y: torch.mul(y, 2, out=x), leaves((3,), (3,), requires_grad=False)),
+    "empty_tensor_mul_": (lambda x: x.mul_(2), non_leaves((1, 0, 3))),
     # metadata mutations
     "t_": (lambda x: x.t_(), leaves((3, 4), requires_grad=False)),
     "transpose_": (lambda x: (x.transpose_(0, 1), x + 1)[1], leaves((3, 4), requires_grad=False)),
