@@ -21,10 +21,10 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from aot import cache
+from aot import cache, entry_cache
 from aot.backends import nop
 from aot.config import AOTConfig, Compiler, PartitionFn
-from aot.core import CompiledEntry, compile_core
+from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.failures import trace_errors
 from aot.partition import default_partition
 from aot.signature import input_signature
@@ -115,12 +115,15 @@ class AOTFunction:
         config: AOTConfig,
         leading_names: Sequence[str] = (),
         state_key: Callable[[], Hashable] | None = None,
+        program_key: str | None = None,
     ) -> None:
         self.fn = fn
         self.config = config
         self._leading_names = list(leading_names)
         # State outside the arguments that the trace depends on (a module's train/eval modes).
         self._state_key = state_key
+        # Set when the program is a GraphModule: compiled entries may then persist across processes.
+        self._program_key = program_key
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
         self._lock = threading.Lock()
 
@@ -189,20 +192,52 @@ class AOTFunction:
         start = time.perf_counter()
         _check_call(self.fn, args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
+        directory = self.config.cache_dir or os.environ.get(cache.ENV_DIR)
+        stored_key = entry_cache.entry_key(self._program_key, key) if directory and self._program_key else None
+        loaded = entry_cache.load(directory, stored_key) if directory and stored_key else None
         with trace_errors():
-            stage, convention = self._flat(args, kwargs, leaves, spec)
-            entry = CompiledEntry(meta=stage.meta)
-            core = partial(compile_core, config=self.config, entry=entry)
-            entry.runtime = compile_through(default_layers(), stage, core)
+            if loaded is not None:
+                entry, convention = self._restore(leaves, *loaded)
+            else:
+                stage, convention = self._flat(args, kwargs, leaves, spec)
+                entry = CompiledEntry(meta=stage.meta)
+                core = partial(compile_core, config=self.config, entry=entry)
+                entry.runtime = compile_through(default_layers(), stage, core)
+                if directory and stored_key and not entry.extra.get("forward_only"):
+                    graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
+                    entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
         entry.compile_seconds = time.perf_counter() - start
         self._cache[key] = (entry, convention)
         cache.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention
 
+    def _restore(
+        self, leaves: list[Any], meta: Any, convention: _CallingConvention, graphs: dict[str, fx.GraphModule | None]
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        """A compiled entry from a stored one: the layers rebuild their runtimes, nothing is traced."""
+        entry = CompiledEntry(meta=meta, forward=graphs["forward"], backward=graphs["backward"])
+        entry.inference = graphs["inference"]
+        stage = Stage(_not_traced, [leaves[i] for i in convention.tensor_positions], meta)
+
+        def core(inner: Stage) -> Any:
+            entry.core_meta = inner.meta
+            return runtime_from_graphs(inner.meta, self.config, entry, restored=True)
+
+        entry.runtime = compile_through(default_layers(), stage, core)
+        entry.extra["restored"] = True
+        return entry, convention
+
+
+def _not_traced(*args: Any) -> Any:
+    raise AssertionError("a restored entry's function is never traced")
+
 
 class _TensorSlot:
     def __repr__(self) -> str:
         return "<tensor>"
+
+    def __reduce__(self) -> str:
+        return "_TENSOR"  # unpickles as the module's one instance, so ``is _TENSOR`` holds
 
 
 _TENSOR = _TensorSlot()
@@ -313,7 +348,7 @@ def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Seque
 class AOTModule(torch.nn.Module):
     """An ``nn.Module`` whose forward runs compiled; parameters and buffers are graph inputs."""
 
-    def __init__(self, module: torch.nn.Module, config: AOTConfig) -> None:
+    def __init__(self, module: torch.nn.Module, config: AOTConfig, program_key: str | None = None) -> None:
         super().__init__()
         self.orig_module = module
         groups = _named_tensors(module)
@@ -330,7 +365,9 @@ class AOTModule(torch.nn.Module):
         def modes() -> Hashable:
             return tuple(m.training for m in submodules)
 
-        self._compiled = AOTFunction(functional_call, config, leading_names=names, state_key=modes)
+        self._compiled = AOTFunction(
+            functional_call, config, leading_names=names, state_key=modes, program_key=program_key
+        )
 
     @staticmethod
     def _qualified(root: torch.nn.Module, owner: torch.nn.Module, attr: str) -> str:
@@ -403,18 +440,24 @@ def aot_module_simplified(
     """The entry a ``torch.compile`` backend calls: returns ``forward(*runtime_args)``.
 
     ``args`` are Dynamo's example inputs (possibly fake); compilation happens on
-    the first real call, for that call's signature.
+    the first real call, for that call's signature. With a persistent cache
+    (``cache_dir``/``AOTFX_CACHE_DIR``), whole compiled entries are stored under the
+    graph's canonical form, so a new process compiling the same graph skips tracing.
     """
-    compiled = aot_module(
-        mod,
+    config = _make_config(
         fw_compiler,
         bw_compiler,
         partition_fn,
         decompositions,
+        len(_named_tensors(mod)),
         keep_inference_input_mutations,
         inference_compiler,
-        cache_dir=cache_dir,
+        False,
+        cache_dir,
     )
+    # The program is the graph itself: its canonical form keys whole entries across processes.
+    program = entry_cache.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
+    compiled = AOTModule(mod, config, program_key=program)
 
     def forward(*runtime_args: Any) -> Any:
         return compiled(*runtime_args)

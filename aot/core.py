@@ -24,7 +24,7 @@ from aot.trace import example_inputs, trace_inference, trace_joint
 from meta.view_and_mutation import ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
-__all__ = ["CompiledEntry", "compile_core"]
+__all__ = ["CompiledEntry", "compile_core", "runtime_from_graphs"]
 
 
 @dataclass
@@ -59,19 +59,35 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
             return _forward_only(stage, config, entry, error)
         entry.joint = joint
         num_outputs = len(meta.output_info)
-        forward_gm, backward_gm = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
-        entry.forward, entry.backward = forward_gm, backward_gm
-        forward = _with_grad_mode_for_kernels(forward_gm, _compile("forward", forward_gm, config.fw_compiler, config))
+        entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
+    else:
+        entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
+    return runtime_from_graphs(meta, config, entry)
+
+
+def runtime_from_graphs(
+    meta: ViewAndMutationMeta, config: AOTConfig, entry: CompiledEntry, restored: bool = False
+) -> Runtime:
+    """Compile the entry's forward/backward pair, or its inference graph, into the core's runtime.
+
+    ``restored``: the graphs came from a stored entry; the built-in backends, which compile
+    nothing, then skip the graph cache (its keys and disk reads cost more than they save).
+    """
+    if entry.inference is None:
+        forward_gm, backward_gm = entry.forward, entry.backward
+        assert forward_gm is not None and backward_gm is not None
+        compiled_forward = _compile("forward", forward_gm, config.fw_compiler, config, restored)
+        forward = _with_grad_mode_for_kernels(forward_gm, compiled_forward)
 
         def compile_backward() -> Any:
             start = time.perf_counter()
-            compiled = _compile("backward", backward_gm, config.bw_compiler, config)
+            compiled = _compile("backward", backward_gm, config.bw_compiler, config, restored)
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
         return make_training_runtime(forward, compile_backward, meta)
 
-    compiled = _compile_inference(stage, config, entry, config.inference_compiler)
+    compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
 
     def run_inference(args: list[torch.Tensor]) -> list[Any]:
         with torch.no_grad():
@@ -86,11 +102,13 @@ def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, co
     return _compile("inference", inference_gm, compiler, config)
 
 
-def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig) -> Any:
+def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig, restored: bool = False) -> Any:
     """Every backend compile goes through the compile cache: equal graphs compile once."""
     logs.log_graph(kind, gm)
-    context = cache.KeyContext.of(config.decompositions, config.partition_fn)
     with backend_errors(kind, compiler, gm):
+        if restored and compiler in cache.BUILTIN_SERIALIZERS:
+            return to_boxed(compiler(gm, example_inputs(gm)))
+        context = cache.KeyContext.of(config.decompositions, config.partition_fn)
         return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
 
 
@@ -114,6 +132,7 @@ def _with_grad_mode_for_kernels(gm: fx.GraphModule, forward: Any) -> Any:
 
 def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:
     """Outputs with eager's autograd metadata whose backward raises the error eager's backward raises."""
+    entry.extra["forward_only"] = True
     forward = _compile_inference(stage, config, entry, config.fw_compiler)
 
     def backward_raising(args: list[Any]) -> Any:
