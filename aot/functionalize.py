@@ -45,6 +45,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
+from meta.collect import storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
 
@@ -260,9 +261,8 @@ def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
 
 def _refake(mode: FakeTensorMode, val: torch.Tensor) -> torch.Tensor:
     """A fake of ``mode`` with ``val``'s dtype, device, size, stride and storage offset."""
-    last = val.storage_offset() + sum((size - 1) * stride for size, stride in zip(val.shape, val.stride(), strict=True))
     with mode:
-        storage = torch.empty(last + 1 if val.numel() else val.storage_offset(), dtype=val.dtype, device=val.device)
+        storage = torch.empty(storage_extent(val)[1], dtype=val.dtype, device=val.device)
         return storage.as_strided(val.shape, val.stride(), val.storage_offset())
 
 
