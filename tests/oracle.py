@@ -90,6 +90,38 @@ def _autograd_state(t: torch.Tensor) -> tuple[Any, ...]:
         return ("raises", type(error).__name__)
 
 
+def _grad_roots(inputs: list[torch.Tensor]) -> list[Any]:
+    """What to walk to the leaves later: each input requiring grad's ``grad_fn``, or the leaf itself."""
+    return [t if t.grad_fn is None else t.grad_fn for t in inputs if t.requires_grad]
+
+
+def leaves_behind(roots: list[Any]) -> list[torch.Tensor]:
+    """The leaf tensors requiring grad that ``roots`` (leaves or autograd nodes) reach, in a fixed order."""
+    found: list[torch.Tensor] = []
+    seen_nodes: set[Any] = set()
+    seen_leaves: set[int] = set()
+
+    def add_leaf(leaf: torch.Tensor) -> None:
+        if id(leaf) not in seen_leaves:
+            seen_leaves.add(id(leaf))
+            found.append(leaf)
+
+    stack = list(reversed(roots))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            add_leaf(item)
+            continue
+        if item is None or item in seen_nodes:
+            continue
+        seen_nodes.add(item)
+        variable = getattr(item, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            add_leaf(variable)
+        stack.extend(reversed([next_fn for next_fn, _ in item.next_functions]))
+    return found
+
+
 def _compare_values(where: str, compiled: torch.Tensor, eager: torch.Tensor, rtol: float, atol: float) -> None:
     assert compiled.shape == eager.shape, f"{where}: shape {compiled.shape} != {eager.shape}"
     assert compiled.dtype == eager.dtype, f"{where}: dtype {compiled.dtype} != {eager.dtype}"
@@ -146,6 +178,9 @@ def _check_once(
     eager_inputs, compiled_inputs = _tensor_leaves(eager_args), _tensor_leaves(compiled_args)
     versions_before = [_version(t) for t in compiled_inputs]
     eager_versions_before = [_version(t) for t in eager_inputs]
+    # The autograd leaves behind the inputs (the inputs themselves, or the leaves views and
+    # non-leaf inputs were made from), taken before the call: their gradients are compared.
+    eager_graph_roots, compiled_graph_roots = _grad_roots(eager_inputs), _grad_roots(compiled_inputs)
     eager_out, eager_error = _run(fn, eager_args, kwargs)
     compiled_out, compiled_error = _run(compiled, compiled_args, kwargs)
     if eager_error is not None:
@@ -192,22 +227,24 @@ def _check_once(
     cotangents = [
         torch.randn(eager_outs[i].shape, generator=generator, dtype=eager_outs[i].dtype) for i in differentiable
     ]
-    wrt = [i for i, t in enumerate(eager_inputs) if t.requires_grad and t.is_leaf]
+    compiled_leaves_in, eager_leaves_in = leaves_behind(compiled_graph_roots), leaves_behind(eager_graph_roots)
+    assert len(compiled_leaves_in) == len(eager_leaves_in), "inputs reach a different number of autograd leaves"
+    wrt = list(range(len(eager_leaves_in)))
 
-    def grads(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor | None] | BaseException:
+    def grads(outs: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[torch.Tensor | None] | BaseException:
         loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
         assert isinstance(loss, torch.Tensor)
         try:
             loss.backward()
         except RuntimeError as error:  # eager's backward may raise (a saved tensor modified in place)
             return error
-        return [inputs[i].grad for i in wrt]
+        return [leaf.grad for leaf in leaves]
 
-    compiled_grads, eager_grads = grads(compiled_outs, compiled_inputs), grads(eager_outs, eager_inputs)
+    compiled_grads, eager_grads = grads(compiled_outs, compiled_leaves_in), grads(eager_outs, eager_leaves_in)
     if isinstance(eager_grads, BaseException) or isinstance(compiled_grads, BaseException):
         assert type(compiled_grads) is type(eager_grads), f"backward: eager {eager_grads!r} vs {compiled_grads!r}"
         return
     for i, (c, e) in enumerate(zip(compiled_grads, eager_grads, strict=True)):
-        assert (c is None) == (e is None), f"grad of input {wrt[i]}: {c} vs {e}"
+        assert (c is None) == (e is None), f"grad of autograd leaf {wrt[i]}: {c} vs {e}"
         if c is not None and e is not None:
-            _compare_values(f"grad of input {wrt[i]}", c, e, rtol * 10, atol * 10)
+            _compare_values(f"grad of autograd leaf {wrt[i]}", c, e, rtol * 10, atol * 10)
