@@ -58,6 +58,14 @@ def trace_errors() -> Iterator[None]:
             "control flow and ops like .item(), nonzero() or unique() outside the compiled function, or "
             "split the function there."
         ) from error
+    except ValueError as error:
+        if not str(error).startswith("Cannot view a tensor with shape"):
+            raise
+        # The fake kernel of ``view`` raises ValueError where eager's raises RuntimeError.
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one dimension spans "
+            f"across two contiguous subspaces). Use .reshape(...) instead. ({error})"
+        ) from error
     except UnsupportedOperatorException as error:
         op = getattr(error, "func", "an op")
         raise UnsupportedOperatorError(

@@ -45,7 +45,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
-from meta.collect import storage_extent
+from meta.storage import storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
 
@@ -474,33 +474,61 @@ class _Functionalizer:
                 base, op, args = list_step.parent, list_step.op, list_step.args
             inverse = INVERSE_VIEWS.get(op)
             if inverse is None:
-                new_value = self._scatter_into_root(root, node, new_value)
-                break
+                # No inverse for this view (as_strided, expand, unfold ...): scatter by strides into the
+                # highest ancestor of the same dtype, then go on up from there.
+                anchor = self._same_dtype_ancestor(node, root)
+                new_value = self._scatter_by_strides(anchor, node, new_value, root)
+                node = anchor
+                continue
             call = ViewCall(tuple(self.read(args)), item, _val(base), _val(node))
             new_value = inverse(self.emit, self.current(base), new_value, call)
             node = base
         self.value[root] = self._restride_like(new_value, _val(root))
         self.version[root] += 1
 
-    def _scatter_into_root(self, root: fx.Node, view: fx.Node, new_value: fx.Node) -> fx.Node:
-        # Geometry from the chain taken again on a fresh fake root: make_fx on real tensors records
-        # values without their storage offsets.
-        steps = []
+    def _same_dtype_ancestor(self, view: fx.Node, root: fx.Node) -> fx.Node:
+        dtype = _val(view).dtype
         node = view
         while node is not root:
+            parent_val = _val(self.steps[node].parent)
+            if not isinstance(parent_val, torch.Tensor) or parent_val.dtype != dtype:
+                break
+            node = self.steps[node].parent
+        if node is view:
+            raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
+        return node
+
+    def _scatter_by_strides(self, anchor: fx.Node, view: fx.Node, new_value: fx.Node, root: fx.Node) -> fx.Node:
+        """The new value of ``anchor`` after ``view`` (a view of it, same dtype) took ``new_value``."""
+        # Geometry from the chain taken again on a fresh fake of the anchor: make_fx on real tensors
+        # records values without their storage offsets.
+        steps = []
+        node = view
+        while node is not anchor:
             steps.append(self.steps[node])
             node = steps[-1].parent
-        root_val = _refake(self.fake_mode, _val(root))
-        val = root_val
+        anchor_val = _refake(self.fake_mode, _val(anchor))
+        val = anchor_val
         with self.fake_mode:
             for step in reversed(steps):
                 args, kwargs = fx.map_arg((step.args, dict(step.kwargs)), lambda arg: arg.meta["val"])
                 val = val if step.op is None else step.op(val, *args, **kwargs)
-        if val.dtype != root_val.dtype or val.is_conj() or val.is_neg():
+        if val.dtype != anchor_val.dtype or val.is_conj() or val.is_neg():
             raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
-        offset = val.storage_offset() - root_val.storage_offset()
+        current = self.value[root] if anchor is root else self.current(anchor)
+        offset = val.storage_offset() - anchor_val.storage_offset() + _val(current).storage_offset()
         size, stride = list(val.shape), list(val.stride())
-        return self.emit(aten.as_strided_scatter.default, self.value[root], new_value, size, stride, offset)
+        if any(st == 0 and sz > 1 for sz, st in zip(size, stride, strict=True)):
+            # An expanded view: each memory element written once, from an index whose value changed.
+            old = self.emit(aten.as_strided.default, current, list(size), list(stride), offset)
+            changed = self.emit(aten._to_copy.default, self.emit(aten.ne.Tensor, new_value, old), dtype=torch.int8)
+            for dim in range(len(size)):
+                if stride[dim] == 0 and size[dim] > 1:
+                    index = self.emit(aten.argmax.default, changed, dim, True)
+                    new_value = self.emit(aten.gather.default, new_value, dim, index)
+                    changed = self.emit(aten.gather.default, changed, dim, index)
+                    size[dim] = 1
+        return self.emit(aten.as_strided_scatter.default, current, new_value, size, stride, offset)
 
     def _restride_like(self, new_value: fx.Node, like: Any) -> fx.Node:
         """``new_value`` in ``like``'s strides: views replayed on it (``as_strided``, ``view``) assume them."""

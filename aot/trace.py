@@ -23,8 +23,9 @@ from aot.functionalize import functionalize
 from aot.inspect import recording_source_lines
 from aot.partition import output_values
 from meta.alias import AliasAnalysis
-from meta.collect import fake_input, saved_tensor_hooks_suspended
+from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
+from meta.storage import fake_inputs
 from meta.view_and_mutation import ViewAndMutationMeta
 
 __all__ = ["example_inputs", "fake_tangent", "identifier", "trace_inference", "trace_joint"]
@@ -56,7 +57,7 @@ def trace_joint(
     primals that do not require grad or do not reach a differentiable output).
     """
     fake_mode = FakeTensorMode()
-    primals = [fake_input(fake_mode, arg) for arg in flat_args]
+    primals = fake_inputs(fake_mode, flat_args, independent=True)
     tangent_outs = meta.traced_tangents
     tangents = [fake_tangent(fake_mode, meta.output_info[out]) for out in tangent_outs]
     wants_grad = [i for i, info in enumerate(meta.input_info) if info.requires_grad]
@@ -64,7 +65,7 @@ def trace_joint(
 
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
-        with torch.enable_grad():
+        with torch.enable_grad(), FreshViews():
             outs = list(flat_fn(*primal_args))
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
@@ -96,10 +97,11 @@ def trace_inference(
 ) -> fx.GraphModule:
     """Trace the forward alone, under ``no_grad``: ``(primals...) -> (outputs...)``."""
     fake_mode = FakeTensorMode()
-    primals = [fake_input(fake_mode, arg) for arg in flat_args]
+    primals = fake_inputs(fake_mode, flat_args, independent=True)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        return list(flat_fn(*args))
+        with FreshViews():
+            return list(flat_fn(*args))
 
     with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.no_grad():
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
@@ -117,14 +119,16 @@ def _finish(
     for node, name, desc in zip(placeholders, names, descs, strict=True):
         node._rename(name)
         node.meta[DESC] = desc
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
-            node.replace_all_uses_with(node.args[0])
-            graph.erase_node(node)
     # Every graph a backend sees is functional; the layers above guarantee no input is written.
     functionalize(gm)
     if gm.meta["mutated_inputs"]:
         raise AssertionError(f"the traced function writes graph inputs {gm.meta['mutated_inputs']}")
+    graph = gm.graph
+    # After functionalization: before it, a detached alias is another tensor whose geometry may change.
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
     if drop_input_copies:
         _drop_input_copies(gm)
     graph = gm.graph
@@ -160,8 +164,21 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
             continue
         if any(analysis.may_alias(out, node) for out in outputs):
             continue
+        if not _same_layout(node, source) or any(
+            user.target in ABSOLUTE_OFFSET_OPS and analysis.may_alias(user.args[0], node)
+            for user in graph.nodes
+            if user.op == "call_function" and user.args and isinstance(user.args[0], fx.Node)
+        ):
+            continue  # a read at an absolute storage offset sees where the copy sits, not the input
         node.replace_all_uses_with(source)
         graph.erase_node(node)
+
+
+def _same_layout(copy: fx.Node, source: fx.Node) -> bool:
+    copy_val, source_val = copy.meta.get("val"), source.meta.get("val")
+    if not isinstance(copy_val, torch.Tensor) or not isinstance(source_val, torch.Tensor):
+        return False
+    return bool(copy_val.stride() == source_val.stride() and copy_val.storage_offset() == source_val.storage_offset())
 
 
 def example_inputs(gm: fx.GraphModule) -> list[Any]:

@@ -20,10 +20,13 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
 
 from meta.alias import written_positions
 from meta.indices import IntermediateBase, UserArg, UserOut
+from meta.storage import fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -33,16 +36,7 @@ from meta.view_and_mutation import (
     ViewStep,
 )
 
-__all__ = [
-    "ViewRecorder",
-    "collect_meta",
-    "fake_input",
-    "fake_inputs",
-    "overlaps",
-    "saved_tensor_hooks_suspended",
-    "storage_extent",
-    "storage_key",
-]
+__all__ = ["ABSOLUTE_OFFSET_OPS", "FreshViews", "ViewRecorder", "collect_meta", "saved_tensor_hooks_suspended"]
 
 
 @contextlib.contextmanager
@@ -67,86 +61,86 @@ def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], i
     return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
 
 
-def storage_key(tensor: torch.Tensor) -> int:
-    """An id of the tensor's storage: equal for tensors that share memory."""
-    return int(tensor.untyped_storage()._cdata)
+_aten = torch.ops.aten
+
+# Ops whose result depends on where a tensor sits in its storage (absolute storage offsets),
+# not only on its own geometry: a program using them on an input is specialized on its offset.
+ABSOLUTE_OFFSET_OPS = frozenset(
+    {
+        _aten.as_strided.default,
+        _aten.as_strided_.default,
+        _aten.as_strided_scatter.default,
+        _aten.as_strided_copy.default,
+        _aten.set_.source_Storage_storage_offset,
+        _aten.set_.source_Storage,
+    }
+)
+
+# In-place view methods: they change a tensor's geometry, which autograd on fake tensors
+# does not carry into the view's replay function (see ``FreshViews``).
+_INPLACE_VIEW_METHODS = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+)
+# Writes eager allows into a tensor with several indices per memory element (an expanded one); every
+# other write there raises in eager, where fake tensors do not check.
+_OVERLAPPING_WRITES_ALLOWED = frozenset(
+    {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_", "index_fill_"}
+)
+# Writes eager refuses when a value read shares memory with the tensor written.
+_NO_OVERLAP_WITH_VALUES = frozenset({"index_put_", "_index_put_impl_"})
+_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+_INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
+
+# Methods that must act on the user's tensor object itself, never on a stand-in.
+_OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
 
 
-def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
-    """A fake with the real tensor's size, stride, dtype, device, ``requires_grad`` and leafness.
+class FreshViews(TorchFunctionMode):
+    """Read a view whose geometry changed in place through a fresh view of its base.
 
-    Inputs reaching the graph never alias one another (the layers above see to
-    that), so each gets its own fake storage rather than a copy of the real
-    tensor's view relationships.
+    Autograd on fake tensors does not update a view's replay function when an
+    in-place view op (``t_``, ``unsqueeze_``, ``as_strided_`` ...) changes the
+    view's geometry, so a later write through it, or a gradient through it,
+    uses the old geometry and fails. Real tensors have no such problem. So
+    after such a change, every op on the view (while tracing or collecting
+    meta) gets ``base.as_strided(view's current geometry)`` in its place:
+    the same memory, with autograd history regenerated as eager regenerates it.
     """
-    with fake_mode:
-        fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
-        fake.requires_grad_(tensor.requires_grad)
-        if tensor.requires_grad and not tensor.is_leaf:
-            # A non-leaf may be mutated in place where a leaf may not: keep autograd's verdict eager's.
-            fake = fake.clone()
-    return fake
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed: dict[int, torch.Tensor] = {}
 
-def storage_extent(tensor: torch.Tensor) -> tuple[int, int]:
-    """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
-    start = int(tensor.storage_offset())
-    if tensor.numel() == 0:
-        return start, start
-    return start, start + 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    def _fresh(self, tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in self._changed or tensor._base is None:
+            return tensor
+        return tensor._base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
-
-def _touch_interval(tensor: torch.Tensor) -> tuple[int, int]:
-    """The storage extent, an empty tensor counted as touching its offset: an in-place op on it is
-    still a mutation of that input to eager (its version counter moves), so it must meet it."""
-    start, end = storage_extent(tensor)
-    return (start, start + 1) if end == start else (start, end)
-
-
-def _intersect(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1]
-
-
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors may share an element: same storage and intersecting extents."""
-    return storage_key(a) == storage_key(b) and _intersect(_touch_interval(a), _touch_interval(b))
-
-
-def fake_inputs(fake_mode: FakeTensorMode, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Fakes of ``tensors`` that alias one another as the real ones do.
-
-    A tensor passed twice gets one fake; tensors sharing storage become views of
-    one fake storage at their real offsets, so a write through one is seen by the
-    others. The fake storage is a leaf when the tensors' common base is, so
-    autograd refuses in-place writes exactly where eager does.
-    """
-    fakes: dict[int, torch.Tensor] = {}
-    groups: dict[int, list[torch.Tensor]] = {}
-    for tensor in tensors:
-        if id(tensor) not in fakes:
-            fakes[id(tensor)] = tensor
-            groups.setdefault(storage_key(tensor), []).append(tensor)
-    for members in groups.values():
-        if len(members) == 1 or len({m.dtype for m in members}) > 1:
-            for member in members:
-                fakes[id(member)] = fake_input(fake_mode, member)
-            continue
-        start = min(storage_extent(m)[0] for m in members)
-        end = max(storage_extent(m)[1] for m in members)
-        bases = {id(m._base if m._base is not None else m): m._base if m._base is not None else m for m in members}
-        common = next(iter(bases.values())) if len(bases) == 1 else None
-        requires_grad = any(m.requires_grad for m in members)
-        is_leaf = common.is_leaf if common is not None else not requires_grad
-        with fake_mode:
-            storage = torch.empty(end - start, dtype=members[0].dtype, device=members[0].device)
-            storage.requires_grad_(requires_grad)
-            if requires_grad and not is_leaf:
-                storage = storage.clone()
-            for member in members:
-                source = storage if member.requires_grad else storage.detach()
-                offset = int(member.storage_offset()) - start
-                fakes[id(member)] = source.as_strided(member.shape, member.stride(), offset)
-    return [fakes[id(tensor)] for tensor in tensors]
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if self._changed and name not in _OWN_OBJECT_METHODS:
+            first, rest = (args[0], args[1:]) if args else (None, ())
+            if name not in _INPLACE_VIEW_METHODS:
+                first = self._fresh(first) if isinstance(first, torch.Tensor) else first
+            rest, kwargs = tree_map_only(torch.Tensor, self._fresh, (rest, kwargs))
+            original = args[0] if args else None
+            call_args = (first, *rest) if args else ()
+            out = func(*call_args, **kwargs)
+            # An in-place op returns its argument: the user's object, not the stand-in.
+            if out is first and first is not original:
+                out = original
+        else:
+            out = func(*args, **kwargs)
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+            self._changed[id(args[0])] = args[0]
+        return out
 
 
 @dataclasses.dataclass
@@ -161,43 +155,90 @@ class _Write:
     extent: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
-        self.storage, self.extent = storage_key(self.tensor), _touch_interval(self.tensor)
+        self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
 
     def hits(self, tensor: torch.Tensor) -> bool:
         """Whether this write may have changed an element of ``tensor``."""
-        return self.storage == storage_key(tensor) and _intersect(self.extent, _touch_interval(tensor))
+        return self.storage == storage_key(tensor) and intersect(self.extent, touch_interval(tensor))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Node:
+    """A tensor as it was at one point of the run: a root, or a step from an earlier node.
+
+    A view's node points at its parent's node *when the view was taken*, so an
+    in-place metadata change of the parent later (a new node for the parent)
+    does not rewrite how the view is taken again.
+    """
+
+    tensor: torch.Tensor
+    parent: _Node | None = None
+    step: ViewStep | None = None
+    # The parent's (size, stride, offset) when the step was taken.
+    parent_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records, below autograd, each view's parent and each write's target."""
+    """Records, below autograd, each view's parent, each write's target, and storage use."""
 
     def __init__(self, alias_sources: Sequence[torch.Tensor] = ()) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        # id(view) -> (parent tensor, step); the view is kept alive in ``_keep``.
-        self.parents: dict[int, tuple[torch.Tensor, ViewStep]] = {}
+        self.nodes: dict[int, _Node] = {}
         self.writes: list[_Write] = []
         self._keep: list[Any] = []
         # Tensors whose aliases made by non-view ops (unsafe_split ...) are recorded too, so that
         # replaying the op reproduces eager's storage sharing without autograd view tracking.
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
-        self._initial_offset = {id(t): int(t.storage_offset()) for t in alias_sources}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
+        self._source_storages = set(self._alias_sources.values())
+        # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
+        self.absolute_storages: set[int] = set()
+        self.reach: dict[int, int] = {}
         self.clock = 0  # orders views and writes
+
+    def node(self, tensor: torch.Tensor) -> _Node:
+        found = self.nodes.get(id(tensor))
+        if found is None or found.tensor is not tensor:
+            found = self.nodes[id(tensor)] = _Node(tensor)
+            self._keep.append(tensor)
+        return found
+
+    def _note_storage_use(self, func: Any, values: Any) -> None:
+        for value in values:
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+                    continue
+                key = storage_key(tensor)
+                if key in self._source_storages:
+                    self.reach[key] = max(self.reach.get(key, 0), storage_extent(tensor)[1] * tensor.element_size())
+                    if func in ABSOLUTE_OFFSET_OPS:
+                        self.absolute_storages.add(key)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         self.clock += 1
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         from_geometry = None
-        if args and id(args[0]) in self._initial_geometry:
-            geometry = _geometry(args[0])
-            if geometry != self._initial_geometry[id(args[0])]:
-                size, stride, offset = geometry
-                from_geometry = (size, stride, offset - self._initial_offset[id(args[0])])
+        parent_geometry = _geometry(first) if first is not None and first.layout == torch.strided else None
+        if first is not None and id(first) in self._initial_geometry:
+            if parent_geometry != self._initial_geometry[id(first)]:
+                assert parent_geometry is not None
+                size, stride, offset = parent_geometry
+                from_geometry = (size, stride, offset - self._initial_geometry[id(first)][2])
+        version = -1
+        if first is not None:
+            initial_version = self._initial_version.get(storage_key(first))
+            version = -1 if initial_version is None else first._version - initial_version
+        if self._source_storages:
+            self._note_storage_use(func, [*args, *kwargs.values()])
+        self._check_overlap_as_eager(func, args, kwargs)
         out = func(*args, **kwargs)
-        schema = func._schema
+        if self._source_storages:
+            self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
         grad_enabled = torch.is_grad_enabled()
+        schema = func._schema
         for position in written_positions(func, args):
             argument = schema.arguments[position]
             value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
@@ -205,16 +246,41 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
                     self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden, self.clock))
-        if args and isinstance(args[0], torch.Tensor) and (func.is_view or self._aliases_source(args[0], out)):
-            step_kwargs = tuple(sorted(kwargs.items()))
+        step_kwargs = tuple(sorted(kwargs.items()))
+        if first is not None and metadata_only and id(first) not in self._alias_sources:
+            # The tensor changes geometry in place: to take it again, take its old self, then the
+            # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
+            twin = _out_of_place_view(func)
+            if twin is not None:
+                step = ViewStep(
+                    twin, tuple(args[1:]), step_kwargs, None, grad_enabled, self.clock * 1024, None, version
+                )
+                self.nodes[id(first)] = _Node(first, self.node(first), step, parent_geometry)
+        elif first is not None and (func.is_view or self._aliases_source(first, out)):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
-            initial_version = self._initial_version.get(storage_key(args[0]))
-            version = -1 if initial_version is None else args[0]._version - initial_version
+            parent = self.node(first)
             for item, view in views:
                 key = self.clock * 1024 + (item or 0)
                 step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry, version)
-                self._record(view, args[0], step)
+                self._keep.append(view)
+                self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
+        if torch.Tag.inplace_view in func.tags:
+            return
+        name = func._schema.name.split("::")[-1]
+        for position in written_positions(func, args):
+            value = args[position] if position < len(args) else kwargs.get(func._schema.arguments[position].name)
+            if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+                continue
+            if name not in _OVERLAPPING_WRITES_ALLOWED and _expanded(value):
+                raise RuntimeError(_INTERNAL_OVERLAP)
+            if name in _NO_OVERLAP_WITH_VALUES:
+                for other in args[position + 1 :]:
+                    if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
+                        raise RuntimeError(_OVERLAP)
 
     def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
         key = self._alias_sources.get(id(arg))
@@ -223,25 +289,57 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         outs = out if isinstance(out, (list, tuple)) else (out,)
         return any(isinstance(o, torch.Tensor) and o is not arg and storage_key(o) == key for o in outs)
 
-    def _record(self, view: torch.Tensor, parent: torch.Tensor, step: ViewStep) -> None:
-        self._keep.append(view)
-        self.parents[id(view)] = (parent, step)
-
     def chain_to_root(
         self, tensor: torch.Tensor, stop: Callable[[torch.Tensor], bool]
-    ) -> tuple[torch.Tensor, tuple[ViewStep, ...]]:
-        """Walk parents from ``tensor`` up to a tensor with none, or one ``stop`` accepts."""
+    ) -> tuple[torch.Tensor, tuple[ViewStep, ...], tuple[tuple[int, ...], tuple[int, ...], int] | None]:
+        """Walk from ``tensor`` up to a node with no parent, or one whose tensor ``stop`` accepts.
+
+        Returns that tensor, the steps taking it to ``tensor``, and the geometry the
+        tensor had when the first step was taken from it.
+        """
+        node = self.nodes.get(id(tensor))
+        if node is None or node.tensor is not tensor or stop(tensor):
+            return tensor, (), None
         steps: list[ViewStep] = []
-        while id(tensor) in self.parents and not stop(tensor):
-            tensor, step = self.parents[id(tensor)]
-            steps.append(step)
-        return tensor, tuple(reversed(steps))
+        geometry = None
+        while node.parent is not None:
+            assert node.step is not None
+            steps.append(node.step)
+            geometry = node.parent_geometry
+            node = node.parent
+            if stop(node.tensor):
+                break
+        if node.tensor is tensor:
+            return tensor, (), None  # only in-place metadata changes of a tensor that is no view
+        return node.tensor, tuple(reversed(steps)), geometry
 
     def root(self, tensor: torch.Tensor, depth: int) -> torch.Tensor:
         """The tensor ``depth`` view steps above ``tensor``."""
+        node = self.nodes[id(tensor)]
         for _ in range(depth):
-            tensor = self.parents[id(tensor)][0]
-        return tensor
+            assert node.parent is not None
+            node = node.parent
+        return node.tensor
+
+
+def _expanded(tensor: torch.Tensor) -> bool:
+    return tensor.layout == torch.strided and any(
+        stride == 0 and size > 1 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+
+
+def _out_of_place_view(op: Any) -> Any:
+    """``t_`` -> ``t``, ``unsqueeze_`` -> ``unsqueeze``: the view op taking the same arguments."""
+    name = op._schema.name.split("::")[-1].removesuffix("_")
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return None
+    wanted = [(arg.name, str(arg.type)) for arg in op._schema.arguments]
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        if [(arg.name, str(arg.type)) for arg in candidate._schema.arguments] == wanted:
+            return candidate
+    return None
 
 
 def collect_meta(
@@ -259,9 +357,10 @@ def collect_meta(
     """
     fake_mode = fake_mode or FakeTensorMode()
     fakes = fake_inputs(fake_mode, flat_args)
-    initial_offsets = [int(fake.storage_offset()) for fake in fakes]
+    initial_geometry = [_geometry(fake) for fake in fakes]
+    initial_versions = [fake._version for fake in fakes]
     recorder = ViewRecorder(alias_sources=fakes)
-    with saved_tensor_hooks_suspended(), fake_mode, recorder:
+    with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews():
         outs = list(flat_fn(*fakes))
 
     fake_ids = {id(fake) for fake in fakes}
@@ -270,15 +369,37 @@ def collect_meta(
         for w in recorder.writes
         if not w.metadata_only
     }
-    input_info = tuple(
-        _input_info(name, real, fake, offset, recorder.writes, id(fake) in written_through)
-        for name, real, fake, offset in zip(names, flat_args, fakes, initial_offsets, strict=True)
-    )
     input_position: dict[int, UserArg] = {}
     input_storage: dict[int, UserArg] = {}
     for i, fake in enumerate(fakes):
         input_position.setdefault(id(fake), UserArg(i))
         input_storage.setdefault(storage_key(fake), UserArg(i))
+
+    first_position: dict[int, UserOut] = {}
+    for out_idx, out in enumerate(outs):
+        first_position.setdefault(id(out), UserOut(out_idx))
+    absolute = set(recorder.absolute_storages)
+    for out in outs:
+        if id(out) not in input_position and storage_key(out) in input_storage:
+            if not recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]:
+                absolute.add(storage_key(out))  # rebuilt by strides, at an absolute offset
+
+    input_info = tuple(
+        _input_info(
+            name,
+            real,
+            fake,
+            geometry,
+            recorder.writes,
+            id(fake) in written_through,
+            storage_key(fake) in absolute,
+            recorder.reach.get(storage_key(fake), 0),
+            fake._version - version,
+        )
+        for name, real, fake, geometry, version in zip(
+            names, flat_args, fakes, initial_geometry, initial_versions, strict=True
+        )
+    )
 
     # The last data write sharing each input's version counter (its storage), overlapping or not:
     # a view taken before it was modified under eager's eyes, whatever region the write touched.
@@ -288,10 +409,6 @@ def collect_meta(
             for i, fake in enumerate(fakes):
                 if storage_key(fake) == w.storage:
                     last_write[UserArg(i)] = max(last_write.get(UserArg(i), -1), w.seq)
-
-    first_position: dict[int, UserOut] = {}
-    for out_idx, out in enumerate(outs):
-        first_position.setdefault(id(out), UserOut(out_idx))
 
     output_info: list[OutputAliasInfo] = []
     intermediate_bases: list[OutputAliasInfo] = []
@@ -309,37 +426,55 @@ def collect_meta(
         if first_position[id(out)] != out_idx:
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
             continue
-        root, chain = recorder.chain_to_root(out, lambda t: id(t) in input_position)
+        root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
         if not chain:
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
-                step = ViewStep(torch.ops.aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
+                step = ViewStep(_aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
-        elif id(root) in input_position:
+            continue
+        if id(root) in input_position:
             base = input_position[id(root)]
             before = chain[-1].key // 1024 < last_write.get(base, -1)
             output_info.append(
                 info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
             )
-        elif id(root) in first_position:
+            continue
+        # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
+        # have changed in place since the first step was taken.
+        chain = _from_final_geometry(chain, root, root_geometry)
+        if id(root) in first_position:
             base_out = first_position[id(root)]
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_output=base_out, view_chain=chain))
-        else:
-            if id(root) not in base_of_root:
-                base_of_root[id(root)] = IntermediateBase(len(intermediate_bases))
-                intermediate_bases.append(
-                    OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=root.requires_grad, spec=TensorSpec.of(root))
-                )
-            base_k = base_of_root[id(root)]
-            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
+            continue
+        if id(root) not in base_of_root:
+            base_of_root[id(root)] = IntermediateBase(len(intermediate_bases))
+            intermediate_bases.append(
+                OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=root.requires_grad, spec=TensorSpec.of(root))
+            )
+        base_k = base_of_root[id(root)]
+        output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
     backward_error = None
     if any(info.mutates_data for info in input_info):
         with saved_tensor_hooks_suspended(), fake_mode:
             backward_error = _eager_backward_error(outs, fakes)
     return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error)
+
+
+def _from_final_geometry(
+    chain: tuple[ViewStep, ...],
+    root: torch.Tensor,
+    geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None,
+) -> tuple[ViewStep, ...]:
+    """``chain`` starting from the geometry ``root`` had when the first step was taken, if it differs now."""
+    if geometry is None or geometry == _geometry(root) or chain[0].from_geometry is not None:
+        return chain
+    size, stride, offset = geometry
+    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - int(root.storage_offset())))
+    return (first, *chain[1:])
 
 
 def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
@@ -361,14 +496,22 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
 
 
 def _input_info(
-    name: str, real: torch.Tensor, fake: torch.Tensor, initial_offset: int, writes: list[_Write], through: bool
+    name: str,
+    real: torch.Tensor,
+    fake: torch.Tensor,
+    initial_geometry: tuple[tuple[int, ...], tuple[int, ...], int],
+    writes: list[_Write],
+    through: bool,
+    offset_sensitive: bool,
+    storage_reach: int,
+    version_bumps: int,
 ) -> InputAliasInfo:
     data_writes = [w for w in writes if not w.metadata_only and w.hits(fake)]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if metadata_writes:
-        # Relative to the input's own offset: the real input's offset differs from the fake's.
-        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_offset)
+        # Relative to the input's own offset: a later call may pass it at another offset.
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_geometry[2])
     return InputAliasInfo(
         name=name,
         requires_grad=real.requires_grad,
@@ -382,6 +525,8 @@ def _input_info(
         and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
         requires_grad_after=bool(data_writes) and fake.requires_grad,
-        version_bumps=fake._version,
+        version_bumps=version_bumps,
         final_metadata=final_metadata,
+        offset_sensitive=offset_sensitive,
+        storage_reach=storage_reach,
     )

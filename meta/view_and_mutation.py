@@ -139,6 +139,11 @@ class InputAliasInfo:
     version_bumps: int = 0
     # After a metadata mutation: final size, stride, and storage offset relative to the original.
     final_metadata: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # An op taking absolute storage offsets (``as_strided`` ...) touched this input's storage: the
+    # compiled program is specialized on the input's storage offset.
+    offset_sensitive: bool = False
+    # One past the last byte of the input's storage anything in the program touched.
+    storage_reach: int = 0
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:

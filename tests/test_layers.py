@@ -269,20 +269,9 @@ METADATA_PROGRAMS = {
 }
 
 
-VIEW_OF_STAND_IN = pytest.mark.xfail(
-    strict=True,
-    reason="a view of the input comes back from the naive inner function as a view of the layer's private copy "
-    "(or stand-in) of the input, where the inner meta says ALIAS_OF_INPUT: the layer relies on the epilogue "
-    "below it to replay the view from the caller's input",
-)
-
-
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=VIEW_OF_STAND_IN) if n in ("view_before_t_", "view_after_unsqueeze_") else n
-        for n in METADATA_PROGRAMS
-    ],
+    [n for n in METADATA_PROGRAMS],
 )
 def test_metadata_mutation(name):
     fn, make = METADATA_PROGRAMS[name]

@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from meta.collect import overlaps, storage_extent
+from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
+from meta.storage import overlaps, storage_extent, storage_key
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -40,8 +42,22 @@ from wrappers.write_back import set_versions, write_back
 __all__ = ["SyntheticBase", "clusters_to_merge", "span_base"]
 
 
+def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
+    """A data-mutated input whose working copy must keep its storage layout, not be a compact clone.
+
+    Gaps between its elements (``x[:, ::2]``) or elements shared by several
+    indices (``expand``) are not reproduced by ``clone()``, nor is its storage
+    offset, which ops like ``as_strided`` read.
+    """
+    return info.mutates_data and (info.offset_sensitive or not is_non_overlapping_and_dense_or_false(arg))
+
+
 def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -> list[tuple[UserArg, ...]]:
-    """Groups of inputs connected by memory overlap, with a data mutation among them, in input order."""
+    """Groups of inputs connected by memory overlap, with a data mutation among them, in input order.
+
+    Also single mutated inputs whose layout a compact copy would not keep; and
+    an input whose storage offset matters joins every input of its storage.
+    """
     parent = list(range(len(args)))
 
     def root(i: int) -> int:
@@ -52,7 +68,9 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
 
     for i in range(len(args)):
         for j in range(i):
-            if overlaps(args[i], args[j]):
+            same_storage = storage_key(args[i]) == storage_key(args[j])
+            absolute = meta.input_info[i].offset_sensitive or meta.input_info[j].offset_sensitive
+            if overlaps(args[i], args[j]) or (same_storage and absolute):
                 parent[root(i)] = root(j)
     clusters: dict[int, list[UserArg]] = {}
     for i in range(len(args)):
@@ -60,23 +78,36 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
     return [
         tuple(members)
         for members in clusters.values()
-        if len(members) > 1 and any(meta.input_info[m].mutates_data for m in members)
+        if any(meta.input_info[m].mutates_data for m in members)
+        and (len(members) > 1 or _needs_own_memory(args[members[0]], meta.input_info[members[0]]))
     ]
 
 
-def span_base(members: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The storage stretch the members' elements lie in, as a 1-D view of their common base.
+def _span(members: Sequence[torch.Tensor], infos: Sequence[InputAliasInfo]) -> tuple[int, int]:
+    """The storage interval the base covers: the members' elements, or from 0 if offsets matter."""
+    start = min(storage_extent(m)[0] for m in members)
+    end = max(storage_extent(m)[1] for m in members)
+    if any(info.offset_sensitive for info in infos):
+        size = members[0].element_size()
+        return 0, max(end, *(-(-info.storage_reach // size) for info in infos))
+    return start, end
+
+
+def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.Tensor:
+    """The storage stretch ``span`` of the members' storage, as a 1-D view of their common base.
 
     Taken from the base the members are views of (or the member that is that
     base), so gradients reach every element; from the first member only when
     they have no common base.
     """
     if len({m.dtype for m in members}) > 1:
-        raise NotImplementedError("inputs that share memory with different dtypes, one of them mutated")
-    start = min(storage_extent(m)[0] for m in members)
-    end = max(storage_extent(m)[1] for m in members)
+        raise UnsupportedMutationError(
+            "inputs that share memory with different dtypes (view(dtype), view_as_real ...), one of them "
+            "written: not supported; pass them as separate tensors"
+        )
     roots = {id(root): root for root in (m._base if m._base is not None else m for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
+    start, end = span
     return source.as_strided((end - start,), (1,), start)
 
 
@@ -90,14 +121,23 @@ def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[U
     return through or tuple(m for m in cluster if meta.input_info[m].mutates_data)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Cluster:
+    """Inputs merged into one base; ``whole`` writes the whole base back (offsets matter: writes may
+    land anywhere in the storage), else each member in ``written`` is written back alone."""
+
+    members: tuple[UserArg, ...]
+    written: tuple[UserArg, ...]
+    whole: bool
+
+
 class SyntheticBase:
     """Inner arguments: the inputs outside any cluster, then one base per cluster."""
 
     def __init__(self) -> None:
         self._meta: ViewAndMutationMeta | None = None
-        self._clusters: list[tuple[UserArg, ...]] = []
+        self._clusters: list[_Cluster] = []
         self._plain: tuple[UserArg, ...] = ()
-        self._mutated: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
         # inner index -> the outer inputs it stands for
         self.to_outer: IndexMap[BaseArg, tuple[UserArg, ...]] = IndexMap()
@@ -105,26 +145,29 @@ class SyntheticBase:
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
         self._meta = meta
-        clusters = clusters_to_merge(args, meta)
+        clusters = [
+            _Cluster(members, _written(members, meta), any(meta.input_info[m].offset_sensitive for m in members))
+            for members in clusters_to_merge(args, meta)
+        ]
         self._clusters = clusters
         if not clusters:
             return outer
-        members = {m for cluster in clusters for m in cluster}
-        plain = tuple(UserArg(i) for i in range(len(args)) if UserArg(i) not in members)
-        mutated = tuple(m for cluster in clusters for m in _written(cluster, meta))
-        self._plain, self._mutated = plain, mutated
+        in_cluster = {m for cluster in clusters for m in cluster.members}
+        plain = tuple(UserArg(i) for i in range(len(args)) if UserArg(i) not in in_cluster)
+        self._plain = plain
         self.to_outer = IndexMap(
             [(BaseArg(i), (arg,)) for i, arg in enumerate(plain)]
-            + [(BaseArg(len(plain) + k), cluster) for k, cluster in enumerate(clusters)]
+            + [(BaseArg(len(plain) + k), cluster.members) for k, cluster in enumerate(clusters)]
         )
-        split = OutputSplit.of(meta, lambda info: info.base_input in members)
+        split = OutputSplit.of(meta, lambda info: info.base_input in in_cluster)
         self._split = split
-        bases = [span_base([args[m] for m in cluster]) for cluster in clusters]
+        spans = [_span([args[m] for m in c.members], [meta.input_info[m] for m in c.members]) for c in clusters]
+        bases = [span_base([args[m] for m in c.members], span) for c, span in zip(clusters, spans, strict=True)]
         # Each member as (size, stride, offset from its base's start): fixed by the input signature.
         geometry = {
-            m: (args[m].shape, args[m].stride(), args[m].storage_offset() - base.storage_offset())
-            for cluster, base in zip(clusters, bases, strict=True)
-            for m in cluster
+            m: (args[m].shape, args[m].stride(), args[m].storage_offset() - span[0])
+            for cluster, span in zip(clusters, spans, strict=True)
+            for m in cluster.members
         }
         flat_fn, num_args = outer.fn, len(args)
 
@@ -132,46 +175,75 @@ class SyntheticBase:
             working: list[Any] = [None] * num_args
             for position, arg in enumerate(plain):
                 working[arg] = inner_args[position]
+            copies = []
             for k, cluster in enumerate(clusters):
                 # The base is read, never written: the members are views of a copy of it.
                 copy = inner_args[len(plain) + k].clone()
-                for m in cluster:
+                copies.append(copy)
+                for m in cluster.members:
                     size, stride, offset = geometry[m]
                     working[m] = copy.as_strided(size, stride, copy.storage_offset() + offset)
             outs = list(flat_fn(*working))
-            return [*(outs[out] for out in split.kept), *(working[m] for m in mutated)]
+            new_values = [
+                copy if cluster.whole else working[m]
+                for cluster, copy in zip(clusters, copies, strict=True)
+                for m in (cluster.members[:1] if cluster.whole else cluster.written)
+            ]
+            return [*(outs[out] for out in split.kept), *new_values]
 
-        def base_info(cluster: tuple[UserArg, ...], base: torch.Tensor) -> InputAliasInfo:
-            name = "base_of_" + "_".join(meta.input_info[m].name for m in cluster)
+        def base_info(cluster: _Cluster, base: torch.Tensor) -> InputAliasInfo:
+            name = "base_of_" + "_".join(meta.input_info[m].name for m in cluster.members)
             return InputAliasInfo(name=name, requires_grad=base.requires_grad, is_leaf=base.is_leaf)
 
         new_values = tuple(
             OutputAliasInfo(
-                OutputType.NON_ALIAS, requires_grad=meta.input_info[m].requires_grad_after, spec=TensorSpec.of(args[m])
+                OutputType.NON_ALIAS,
+                requires_grad=any(meta.input_info[w].requires_grad_after for w in cluster.written)
+                if cluster.whole
+                else meta.input_info[m].requires_grad_after,
+                spec=TensorSpec.of(base if cluster.whole else args[m]),
             )
-            for m in mutated
+            for cluster, base in zip(clusters, bases, strict=True)
+            for m in (cluster.members[:1] if cluster.whole else cluster.written)
+        )
+        # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
+        inner_position = {arg: UserArg(position) for position, arg in enumerate(plain)}
+        kept_info = tuple(
+            info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
+            for info in split.inner_output_info(meta)
         )
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(meta.input_info[arg] for arg in plain)
             + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True)),
-            output_info=split.inner_output_info(meta) + new_values,
-            intermediate_bases=meta.intermediate_bases,
+            output_info=kept_info + new_values,
         )
         return Stage(inner_fn, [args[arg] for arg in plain] + bases, inner_meta)
 
     def post_compile(self, inner: Runtime) -> Runtime:
-        meta, clusters, plain, mutated, split = self._meta, self._clusters, self._plain, self._mutated, self._split
+        meta, clusters, plain, split = self._meta, self._clusters, self._plain, self._split
         assert meta is not None, "post_compile before pre_compile"
         if not clusters:
             return inner
         assert split is not None
         num_kept = len(split.kept)
-        mutated_infos = [meta.input_info[m] for m in mutated]
-        members = [m for cluster in clusters for m in cluster]
+        members = [m for cluster in clusters for m in cluster.members]
+        infos = [[meta.input_info[m] for m in cluster.members] for cluster in clusters]
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            bases = [span_base([args[m] for m in cluster]) for cluster in clusters]
+            bases = []
+            targets: list[torch.Tensor] = []
+            target_infos: list[InputAliasInfo] = []
+            for cluster, cluster_infos in zip(clusters, infos, strict=True):
+                cluster_args = [args[m] for m in cluster.members]
+                base = span_base(cluster_args, _span(cluster_args, cluster_infos))
+                bases.append(base)
+                if cluster.whole:
+                    targets.append(base)
+                    target_infos.append(_merged([meta.input_info[m] for m in cluster.written]))
+                else:
+                    targets += [args[m] for m in cluster.written]
+                    target_infos += [meta.input_info[m] for m in cluster.written]
             before = {m: args[m]._version for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
             set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
@@ -194,7 +266,7 @@ class SyntheticBase:
                 for i, info in enumerate(meta.output_info)
                 if UserOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            write_back([args[m] for m in mutated], inner_outs[num_kept:], mutated_infos, [before[m] for m in mutated])
+            write_back(targets, inner_outs[num_kept:], target_infos, [t._version for t in targets])
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
@@ -202,3 +274,9 @@ class SyntheticBase:
             return outs
 
         return run
+
+
+def _merged(infos: Sequence[InputAliasInfo]) -> InputAliasInfo:
+    """One write standing for several inputs' writes: seen by autograd if any of theirs was."""
+    visible = [info for info in infos if info.mutation_visible_to_autograd]
+    return visible[0] if visible else infos[0]

@@ -29,6 +29,7 @@ def write_back(
     ops our single ``copy_`` stands for.
     """
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
+        target, new_value = _one_index_per_element(target, new_value)
         with torch.set_grad_enabled(torch.is_grad_enabled() and info.mutation_visible_to_autograd):
             target.copy_(new_value)
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
@@ -37,3 +38,15 @@ def write_back(
 def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
     """Set version counters (shared by every view of the same memory) to eager's values."""
     torch._C._autograd._unsafe_set_version_counter(tuple(tensors), tuple(versions))
+
+
+def _one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An expanded target (stride 0) has several indices per memory element, which ``copy_`` refuses:
+    write each element once, from an index whose value the function changed (``index_put_`` at one
+    index), else any: all of them then hold the old value."""
+    for dim, (size, stride) in enumerate(zip(target.shape, target.stride(), strict=True)):
+        if stride == 0 and size > 1:
+            with torch.no_grad():
+                changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
+            target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
+    return target, new_value

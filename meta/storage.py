@@ -1,0 +1,162 @@
+"""Storage geometry, and fake inputs that mirror the real inputs' memory exactly.
+
+A tensor is a window (size, stride, storage offset) on a storage. What a
+program does can depend on all of it: ``as_strided`` takes absolute storage
+offsets, a write through one input is read through another that shares its
+storage, a view of a leaf requiring grad may not be written in place. So the
+fakes a program is run on (for metadata collection and tracing) share a fake
+storage exactly where the real inputs share one, sit at the real offsets with
+the real strides in a storage of the real size, and mirror ``requires_grad``,
+leafness and which tensor each input is a view of.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+__all__ = [
+    "Extent",
+    "fake_input",
+    "fake_inputs",
+    "intersect",
+    "overlaps",
+    "storage_extent",
+    "storage_key",
+    "storage_numel",
+    "touch_interval",
+]
+
+# A half-open interval ``[start, end)`` of storage elements.
+Extent = tuple[int, int]
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """An id of the tensor's storage: equal for tensors that share memory."""
+    return int(tensor.untyped_storage()._cdata)
+
+
+def storage_numel(tensor: torch.Tensor) -> int:
+    """How many elements of the tensor's dtype its storage holds."""
+    return int(tensor.untyped_storage().nbytes()) // tensor.element_size()
+
+
+def storage_extent(tensor: torch.Tensor) -> Extent:
+    """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
+    start = int(tensor.storage_offset())
+    if tensor.numel() == 0:
+        return start, start
+    return start, start + 1 + sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+
+
+def touch_interval(tensor: torch.Tensor) -> Extent:
+    """The storage extent in bytes (tensors of several dtypes may share a storage), an empty tensor
+    counted as touching its offset: an in-place op on it is still a mutation of that input to eager
+    (its version counter moves), so it must meet it."""
+    start, end = storage_extent(tensor)
+    size = tensor.element_size()
+    return (start * size, (start + 1) * size) if end == start else (start * size, end * size)
+
+
+def intersect(a: Extent, b: Extent) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors may share an element: same storage and intersecting extents."""
+    return storage_key(a) == storage_key(b) and intersect(touch_interval(a), touch_interval(b))
+
+
+class _NonLeafAlias(torch.autograd.Function):
+    """A non-leaf, non-view tensor on ``source``'s storage with a given geometry.
+
+    Autograd has no other way to make a non-leaf whose strides and offset are
+    chosen freely; the fake stands for a real non-leaf input, which may be
+    written in place where a leaf or a view of a leaf may not.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, leaf: torch.Tensor, carrier: torch.Tensor) -> torch.Tensor:
+        return carrier.new_empty(0).set_(
+            carrier.untyped_storage(), carrier.storage_offset(), carrier.shape, carrier.stride()
+        )
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return None, None  # behind the input: nothing asks for it
+
+
+def _on_storage(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
+    """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``."""
+    empty = torch.empty(0, dtype=like.dtype, device=like.device)
+    return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+
+
+def _fake_root(storage: torch.UntypedStorage, root: torch.Tensor) -> torch.Tensor:
+    """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness."""
+    fake = _on_storage(storage, root)
+    if not root.requires_grad:
+        return fake
+    if root.is_leaf:
+        return fake.requires_grad_()
+    leaf = torch.empty(0, dtype=root.dtype, device=root.device, requires_grad=True)
+    return _NonLeafAlias.apply(leaf, fake)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def fake_inputs(
+    fake_mode: FakeTensorMode, tensors: Sequence[torch.Tensor], independent: bool = False
+) -> list[torch.Tensor]:
+    """Fakes of ``tensors`` with their exact memory layout and autograd structure.
+
+    One fake storage of the real size per real storage; a tensor passed twice
+    gets one fake; a view gets a view of its base's fake (its base need not be
+    among ``tensors``), so autograd treats writes through it as eager does.
+    ``independent``: no fake is a view (graph inputs: a view's base would be a
+    tensor the trace does not know); a leaf stays a leaf, the rest are non-leaves.
+    """
+    fakes: dict[int, torch.Tensor] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
+    roots: dict[int, torch.Tensor] = {}
+    with fake_mode:
+        for tensor in tensors:
+            if id(tensor) in fakes:
+                continue
+            if tensor.layout != torch.strided:
+                fakes[id(tensor)] = _plain_fake(tensor)
+                continue
+            key = storage_key(tensor)
+            if key not in storages:
+                nbytes = max(int(tensor.untyped_storage().nbytes()), storage_extent(tensor)[1] * tensor.element_size())
+                storages[key] = torch.empty(nbytes, dtype=torch.uint8, device=tensor.device).untyped_storage()
+            storage = storages[key]
+            if independent:
+                fakes[id(tensor)] = _fake_root(storage, tensor)
+                continue
+            base = tensor._base if tensor._base is not None else tensor
+            if id(base) not in roots:
+                roots[id(base)] = _fake_root(storage, base)
+            root = roots[id(base)]
+            if base is tensor:
+                fake = root
+            elif tensor.dtype != base.dtype or tensor.requires_grad != base.requires_grad:
+                # A dtype view (view_as_real ...) or a view made under no_grad: its own tensor on the storage.
+                fake = _fake_root(storage, tensor)
+            else:
+                fake = root.as_strided(tensor.shape, tensor.stride(), int(tensor.storage_offset()))
+            fakes[id(tensor)] = fake
+    return [fakes[id(tensor)] for tensor in tensors]
+
+
+def _plain_fake(tensor: torch.Tensor) -> torch.Tensor:
+    fake = torch.empty_like(tensor)
+    return fake.requires_grad_(tensor.requires_grad)
+
+
+def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
+    """The fake of one tensor (see ``fake_inputs``), a view of nothing."""
+    return fake_inputs(fake_mode, [tensor], independent=True)[0]
