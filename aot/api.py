@@ -152,6 +152,15 @@ class AOTFunction:
         entry, convention = found
         assert entry.runtime is not None
         tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
+        if entry.offset_guard and any(tensors[i].storage_offset() != offset for i, offset in entry.offset_guard):
+            # The program reads storage at absolute offsets (as_strided ...): specialized on them too.
+            key = (key, "storage_offsets", tuple(t.storage_offset() for t in tensors))
+            found = self._cache.get(key)
+            if found is None:
+                with self._lock:
+                    found = self._cache.get(key) or self._compile(args, kwargs, key)
+            entry, convention = found
+            assert entry.runtime is not None
         return convention.rebuild(entry.runtime(tensors))
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
@@ -207,6 +216,10 @@ class AOTFunction:
                     graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
                     entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
         entry.compile_seconds = time.perf_counter() - start
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        entry.offset_guard = tuple(
+            (i, tensors[i].storage_offset()) for i, info in enumerate(entry.meta.input_info) if info.offset_sensitive
+        )
         self._cache[key] = (entry, convention)
         cache.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention

@@ -40,6 +40,9 @@ class CompiledEntry:
     compile_seconds: float = 0.0
     backward_compile_seconds: float = 0.0
     runtime: Runtime | None = None
+    # (flat tensor position, storage offset) the entry is specialized on: its program reads
+    # storage at absolute offsets there.
+    offset_guard: tuple[tuple[int, int], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 

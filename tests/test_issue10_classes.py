@@ -334,3 +334,28 @@ def test_inference(name):
     fn, make = PROGRAMS[name]
     with torch.no_grad():
         check(fn, make, backward=False)
+
+
+def test_absolute_offset_program_is_specialized_on_the_offset():
+    """``as_strided`` with an absolute offset reads other memory when the input sits elsewhere."""
+    import aot
+
+    def f(x):
+        return x.as_strided((2,), (1,), 9) * 1
+
+    compiled = aot.aot_function(f, aot.nop)
+    base = torch.arange(16.0)
+    for start in (8, 7, 8, 6):
+        x = base[start : start + 4]
+        torch.testing.assert_close(compiled(x), f(x))
+    assert len(compiled.entries) == 3
+
+
+def test_relative_program_is_not_specialized_on_the_offset():
+    import aot
+
+    compiled = aot.aot_function(lambda x: x.mul_(2), aot.nop)
+    base = torch.arange(16.0)
+    for start in (8, 7, 6):
+        compiled(base[start : start + 4])
+    assert len(compiled.entries) == 1
