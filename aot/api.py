@@ -160,8 +160,9 @@ class AOTFunction:
                 with self._lock:
                     found = self._cache.get(key) or self._compile(args, kwargs, key)
             entry, convention = found
-            assert entry.runtime is not None
-        return convention.rebuild(entry.runtime(tensors))
+        runtime = entry.runtime
+        assert runtime is not None
+        return convention.rebuild(runtime(tensors))
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         names = _leaf_names(self.fn, args, kwargs)
@@ -218,7 +219,7 @@ class AOTFunction:
         entry.compile_seconds = time.perf_counter() - start
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         entry.offset_guard = tuple(
-            (i, tensors[i].storage_offset()) for i, info in enumerate(entry.meta.input_info) if info.offset_sensitive
+            (i, int(tensors[i].storage_offset())) for i, info in enumerate(entry.meta.input_info) if info.offset_sensitive
         )
         self._cache[key] = (entry, convention)
         cache.remember_trace(self.fn, self.config, key, (entry, convention))
