@@ -219,7 +219,9 @@ class AOTFunction:
         entry.compile_seconds = time.perf_counter() - start
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         entry.offset_guard = tuple(
-            (i, int(tensors[i].storage_offset())) for i, info in enumerate(entry.meta.input_info) if info.offset_sensitive
+            (i, int(tensors[i].storage_offset()))
+            for i, info in enumerate(entry.meta.input_info)
+            if info.offset_sensitive
         )
         self._cache[key] = (entry, convention)
         cache.remember_trace(self.fn, self.config, key, (entry, convention))

@@ -33,14 +33,20 @@ def restride(tangent: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     return tangent
 
 
-def fresh_outputs(outputs: Sequence[Any]) -> list[Any]:
+def fresh_outputs(outputs: Sequence[Any], inputs: Sequence[Any] = ()) -> list[Any]:
     """Graph outputs as eager returns them: not autograd views of graph intermediates.
 
     A functional graph may compute an output as a view of an intermediate where
     eager mutated the metadata in place (``matmul``'s ``squeeze_``); its ``_base``
     would leak. ``detach()`` keeps the memory and drops the view relation.
     """
-    return [out.detach() if isinstance(out, torch.Tensor) and out._is_view() else out for out in outputs]
+    storages = {t.untyped_storage()._cdata for t in inputs if isinstance(t, torch.Tensor)}
+    return [
+        out.detach()
+        if isinstance(out, torch.Tensor) and out._is_view() and out.untyped_storage()._cdata not in storages
+        else out
+        for out in outputs
+    ]
 
 
 class _CompiledBackward(torch.autograd.Function):
@@ -95,7 +101,7 @@ def make_training_runtime(
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
-            outputs, saved = fresh_outputs(results[:num_outputs]), results[num_outputs:]
+            outputs, saved = fresh_outputs(results[:num_outputs], args), results[num_outputs:]
             ctx.save_for_backward(*saved)
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
             return tuple(outputs)

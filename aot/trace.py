@@ -65,8 +65,8 @@ def trace_joint(
 
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
-        with torch.enable_grad(), FreshViews():
-            outs = list(flat_fn(*primal_args))
+        with torch.enable_grad(), FreshViews() as fresh_views:
+            outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
         if differentiable and wants_grad:

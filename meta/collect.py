@@ -34,6 +34,7 @@ from meta.view_and_mutation import (
     TensorSpec,
     ViewAndMutationMeta,
     ViewStep,
+    replay_views,
 )
 
 __all__ = ["ABSOLUTE_OFFSET_OPS", "FreshViews", "ViewRecorder", "collect_meta", "saved_tensor_hooks_suspended"]
@@ -115,12 +116,18 @@ class FreshViews(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
+        # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
         self._changed: dict[int, torch.Tensor] = {}
+        self._changed_bases: dict[int, torch.Tensor] = {}
 
-    def _fresh(self, tensor: torch.Tensor) -> torch.Tensor:
-        if id(tensor) not in self._changed or tensor._base is None:
+    def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        base = tensor._base
+        if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        return tensor._base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+    _fresh = fresh
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -138,8 +145,11 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
-        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
-            self._changed[id(args[0])] = args[0]
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
+            if args[0]._is_view():
+                self._changed[id(args[0])] = args[0]
+            else:
+                self._changed_bases[id(args[0])] = args[0]
         return out
 
 
@@ -360,7 +370,7 @@ def collect_meta(
     initial_geometry = [_geometry(fake) for fake in fakes]
     initial_versions = [fake._version for fake in fakes]
     recorder = ViewRecorder(alias_sources=fakes)
-    with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews():
+    with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews() as fresh_views:
         outs = list(flat_fn(*fakes))
 
     fake_ids = {id(fake) for fake in fakes}
@@ -417,8 +427,19 @@ def collect_meta(
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
 
-        def info(kind: OutputType, tensor: torch.Tensor = out, **base: Any) -> OutputAliasInfo:
-            return OutputAliasInfo(kind, requires_grad=tensor.requires_grad, spec=TensorSpec.of(tensor), **base)
+        def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo:
+            autograd_view = fresh_views.fresh(tensor)  # the stale record of a view would fail to regenerate
+            try:
+                is_leaf = autograd_view.is_leaf
+            except RuntimeError:  # eager refuses to regenerate the history of this view, too
+                is_leaf = False
+            return OutputAliasInfo(
+                kind,
+                requires_grad=autograd_view.requires_grad,
+                spec=TensorSpec.of(tensor),
+                is_leaf=is_leaf,
+                **fields,
+            )
 
         if id(out) in input_position:
             output_info.append(info(OutputType.IS_INPUT, base_input=input_position[id(out)]))
@@ -435,6 +456,11 @@ def collect_meta(
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
+            continue
+        if not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
+            # Its autograd history is not a view's (an autograd.Function returning its input, say): the
+            # graph computes it, and autograd.Function keeps it a view of the input it aliases.
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=id(root) not in input_position))
             continue
         if id(root) in input_position:
             base = input_position[id(root)]
@@ -462,6 +488,21 @@ def collect_meta(
         with saved_tensor_hooks_suspended(), fake_mode:
             backward_error = _eager_backward_error(outs, fakes)
     return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error)
+
+
+def _replay_gives_eagers_autograd(
+    out: torch.Tensor, root: torch.Tensor, chain: tuple[ViewStep, ...], fake_mode: FakeTensorMode
+) -> bool:
+    """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history."""
+    try:
+        if isinstance(out.grad_fn, torch.autograd.function.BackwardCFunction):
+            return False
+        with fake_mode:
+            replayed = replay_views(root, chain)
+    except Exception:
+        return True  # judged at runtime as before
+    # A leaf on both sides differs at most by a requires_grad_() the layers apply again.
+    return bool(replayed.requires_grad == out.requires_grad or (replayed.is_leaf and out.is_leaf))
 
 
 def _from_final_geometry(

@@ -186,6 +186,11 @@ class OutputAliasInfo:
     # A view of an input taken before the function's last write to it: replay it before the write-back,
     # so autograd sees the order eager saw (a no_grad view then an in-place write is an error there).
     replay_before_write_back: bool = False
+    # A computed output that eager returns as a view of a tensor the caller never sees (an
+    # autograd.Function returning its argument): returned as a view of the graph's value too.
+    hidden_view: bool = False
+    # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
+    is_leaf: bool = False
 
     def __post_init__(self) -> None:
         bases = {
@@ -212,6 +217,17 @@ class OutputAliasInfo:
     @property
     def is_differentiable(self) -> bool:
         return self.requires_grad and (self.spec.dtype.is_floating_point or self.spec.dtype.is_complex)
+
+    def with_requires_grad_set_inside(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor``, requiring grad if eager's output does only because the function called
+        ``requires_grad_()`` on it (or on what it was computed from) without any input requiring grad."""
+        if not self.is_differentiable or tensor.requires_grad:
+            return tensor
+        if tensor.is_leaf:
+            tensor.requires_grad_()
+        if not self.is_leaf and torch.is_grad_enabled():
+            tensor = tensor * 1  # eager's output has history back to a leaf the caller never sees
+        return tensor
 
 
 @dataclass(frozen=True)

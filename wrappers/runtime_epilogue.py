@@ -98,7 +98,13 @@ class RuntimeEpilogue:
         write_infos = [info for _, _, info in writes]
         # Inputs whose version counter eager moved: views of them are replayed at eager's version.
         tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
-        if not writes and not tracked and len(user_to_graph) == len(meta.output_info):
+        hidden_views = any(info.hidden_view for info in meta.output_info)
+        set_inside = any(
+            info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
+        )
+        if not writes and not tracked and not hidden_views and not set_inside and len(user_to_graph) == len(
+            meta.output_info
+        ):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
 
@@ -119,7 +125,9 @@ class RuntimeEpilogue:
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
             for out_idx, info in plan:
                 if info.output_type == OutputType.NON_ALIAS:
-                    outs[out_idx] = graph_outs[user_to_graph[UserOut(out_idx)]]
+                    out = graph_outs[user_to_graph[UserOut(out_idx)]]
+                    out = out.view_as(out) if info.hidden_view else out
+                    outs[out_idx] = info.with_requires_grad_set_inside(out)
                 elif info.replay_before_write_back:
                     assert info.base_input is not None
                     base_input = info.base_input
@@ -141,7 +149,8 @@ class RuntimeEpilogue:
                 elif kind == OutputType.ALIAS_OF_INPUT:
                     assert info.base_input is not None
                     base_input = info.base_input
-                    outs[out_idx] = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
+                    out = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
+                    outs[out_idx] = info.with_requires_grad_set_inside(out)
                 elif kind == OutputType.IS_OUTPUT:
                     assert info.base_output is not None
                     outs[out_idx] = outs[info.base_output]

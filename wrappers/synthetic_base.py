@@ -259,7 +259,7 @@ class SyntheticBase:
                 assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
                     return args[base]
-                return replay_views(args[base], info.view_chain, made, before[base])
+                return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, before[base]))
 
             early = {
                 UserOut(i): rebuild(UserOut(i), info)
