@@ -99,7 +99,8 @@ class RuntimeEpilogue:
         # Inputs whose version counter eager moved: views of them are replayed at eager's version.
         tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
         hidden_views = any(info.hidden_view for info in meta.output_info)
-        set_inside = any(
+        # Outputs requiring grad while no input does: the function called requires_grad_() itself.
+        set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
         if not writes and not tracked and not hidden_views and not set_inside and len(user_to_graph) == len(
