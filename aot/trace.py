@@ -116,6 +116,8 @@ def _finish(
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     for node, name, desc in zip(placeholders, names, descs, strict=True):
         node._rename(name)
+        # torch's partitioners (and ones ported from them) find primals and tangents by target.
+        node.target = node.name
         node.meta[DESC] = desc
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
