@@ -77,6 +77,9 @@ class _CallingConvention:
     out_spec: TreeSpec | None = None
     out_template: list[Any] | None = None
     out_is_tuple_of_tensors: bool = False
+    # The grad mode the function leaves behind when it differs from the caller's (it ran
+    # ``torch.set_grad_enabled`` and did not restore it); set after every call, as eager leaves it.
+    exit_grad_mode: bool | None = None
 
     def record_outputs(self, out_leaves: list[Any], out_spec: TreeSpec) -> None:
         self.out_spec = out_spec
@@ -152,7 +155,10 @@ class AOTFunction:
         entry, convention = found
         assert entry.runtime is not None
         tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
-        return convention.rebuild(entry.runtime(tensors))
+        outs = entry.runtime(tensors)
+        if convention.exit_grad_mode is not None:
+            torch.set_grad_enabled(convention.exit_grad_mode)
+        return convention.rebuild(outs)
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         names = _leaf_names(self.fn, args, kwargs)
@@ -173,7 +179,15 @@ class AOTFunction:
             for position, tensor in zip(positions, tensors, strict=True):
                 filled[position] = tensor
             call_args, call_kwargs = tree_unflatten(filled, spec)
-            out_leaves, out_spec = tree_flatten(fn(*call_args, **call_kwargs))
+            grad_mode = torch.is_grad_enabled()
+            try:
+                result = fn(*call_args, **call_kwargs)
+                left = torch.is_grad_enabled()
+            finally:
+                # Each trace starts from the caller's mode; the compiled call sets the mode left behind.
+                torch.set_grad_enabled(grad_mode)
+            convention.exit_grad_mode = None if left == grad_mode else left
+            out_leaves, out_spec = tree_flatten(result)
             convention.record_outputs(out_leaves, out_spec)
             return [v for v in out_leaves if isinstance(v, torch.Tensor)]
 

@@ -118,6 +118,11 @@ def make_training_runtime(
             return tuple(run_backward(args))
 
     def run(args: list[Any]) -> list[Any]:
+        if not torch.is_grad_enabled():
+            # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
+            # record the call (the outputs eager made without one are marked non-differentiable).
+            with torch.enable_grad():
+                return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
         return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
 
     return run

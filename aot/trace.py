@@ -44,6 +44,34 @@ def fake_tangent(fake_mode: FakeTensorMode, output: Any) -> torch.Tensor:
         return torch.empty(output.spec.shape, dtype=output.spec.dtype)
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
+    """``flat_fn`` with eager's autocast weight cache, which ``make_fx`` turns off.
+
+    Eager casts a leaf that requires grad once per autocast region and reuses the cast, so
+    the gradients of its uses are summed in the low precision before the cast back; a trace
+    without the cache sums them after, and the gradient differs in the last bits. Only when
+    no autocast region is open around the trace: the function's own regions then clear the
+    cache on exit, and nothing traced outlives the trace in it.
+    """
+    enabled = torch.is_autocast_cache_enabled()
+    if not enabled or any(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES):
+        return flat_fn
+
+    def with_cache(*args: torch.Tensor) -> Sequence[torch.Tensor]:
+        previous = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(True)
+        try:
+            return flat_fn(*args)
+        finally:
+            torch.set_autocast_cache_enabled(previous)
+            torch.clear_autocast_cache()
+
+    return with_cache
+
+
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
@@ -62,15 +90,26 @@ def trace_joint(
     wants_grad = [i for i, info in enumerate(meta.input_info) if info.requires_grad]
     num_primals = len(primals)
 
+    # The forward runs in the caller's grad mode, as eager's did: under no_grad, only the outputs of
+    # an enable_grad region inside the function have a gradient.
+    grad_mode = torch.is_grad_enabled()
+    flat_fn = _autocast_cache_as_eager(flat_fn)
+
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
-        with torch.enable_grad():
+        with torch.set_grad_enabled(grad_mode):
             outs = list(flat_fn(*primal_args))
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
+        cotangents = list(tangent_args)
+        if not grad_mode:
+            # Under no_grad only the enable_grad regions' outputs have history; a mutated input's new
+            # value is written back without one (its tangent is unused).
+            kept = [i for i, out in enumerate(differentiable) if out.requires_grad]
+            differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
         if differentiable and wants_grad:
             found = torch.autograd.grad(
-                differentiable, [primal_args[i] for i in wants_grad], list(tangent_args), allow_unused=True
+                differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
             )
             for arg_idx, grad in zip(wants_grad, found, strict=True):
                 grads[arg_idx] = grad
@@ -94,14 +133,22 @@ def trace_inference(
     meta: ViewAndMutationMeta,
     decompositions: Mapping[Any, Callable[..., Any]],
 ) -> fx.GraphModule:
-    """Trace the forward alone, under ``no_grad``: ``(primals...) -> (outputs...)``."""
+    """Trace the forward alone: ``(primals...) -> (outputs...)``.
+
+    In the caller's grad mode, as eager runs it: a ``torch.autograd.grad`` inside the
+    function, or an op that decomposes by grad mode, is traced as eager executes it.
+    The graph itself runs without autograd.
+    """
     fake_mode = FakeTensorMode()
     primals = [fake_input(fake_mode, arg) for arg in flat_args]
+
+    flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
         return list(flat_fn(*args))
 
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.no_grad():
+    grad_mode = torch.is_grad_enabled()
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.set_grad_enabled(grad_mode):
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]

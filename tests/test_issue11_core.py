@@ -91,3 +91,143 @@ def test_item0_first_order_backward_unchanged():
     x, p = seeded((4,), (4,))
     (gx,) = torch.autograd.grad(compiled(x, p), x)
     assert not gx.requires_grad and gx.grad_fn is None
+
+
+# Item 6: torch.autograd.grad inside the compiled function is traced into the forward.
+
+
+def _inner_grad(x):
+    y = torch.exp(x)
+    return torch.autograd.grad(y.sum(), x)
+
+
+def test_item6_autograd_grad_inside_the_function():
+    check(_inner_grad, seeded((3,)))
+
+
+def test_item6_autograd_grad_inside_under_no_grad_raises_as_eager():
+    with torch.no_grad():
+        check(_inner_grad, seeded((3,)))
+
+
+def test_item6_autograd_grad_inside_enable_grad_under_no_grad():
+    def f(x):
+        with torch.enable_grad():
+            y = torch.exp(x) * x
+            return torch.autograd.grad(y.sum(), x)
+
+    check(f, seeded((3,)))
+    with torch.no_grad():
+        check(f, seeded((3,)))
+
+
+def test_item6_create_graph_inside_then_outer_backward():
+    def f(x, w):
+        y = (x * w).sin().sum()
+        (gx,) = torch.autograd.grad(y, x, create_graph=True)
+        return gx * w, y
+
+    check(f, seeded((4,), (4,)))
+
+
+# Item 4: grad mode and autocast inside the function are traced as eager executes them.
+
+
+def _sin_then_enable_grad_cos(x):
+    out1 = x.sin()
+    with torch.enable_grad():
+        out2 = x.cos()
+    return out1, out2
+
+
+def test_item4_enable_grad_region_under_no_grad():
+    with torch.no_grad():
+        check(_sin_then_enable_grad_cos, seeded((3,)))
+    compiled = aot.aot_function(_sin_then_enable_grad_cos, aot.nop)
+    x = seeded((3,))[0]
+    with torch.no_grad():
+        out1, out2 = compiled(x)
+    assert not out1.requires_grad and out2.requires_grad
+    out2.sum().backward()
+    torch.testing.assert_close(x.grad, -x.detach().sin())
+
+
+def test_item4_enable_grad_region_under_no_grad_with_mutated_input():
+    def f(x, p):
+        with torch.enable_grad():
+            out = (x * p).sum()
+        p.mul_(0.5)  # an optimizer-style update under no_grad
+        return out
+
+    def make():
+        return seeded((3,), requires_grad=False)[0], seeded((3,), seed=1)[0]
+
+    with torch.no_grad():
+        check(f, make)
+
+
+def _leaves_grad_off(x):
+    y = x.sin()
+    torch.set_grad_enabled(False)
+    z = x.cos()
+    return y, z
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+def test_item4_set_grad_enabled_left_off(calls):
+    compiled = aot.aot_function(_leaves_grad_off, aot.nop)
+    x = seeded((3,))[0]
+    try:
+        y_eager, z_eager = _leaves_grad_off(x)
+        assert not torch.is_grad_enabled()
+        for _ in range(calls):
+            torch.set_grad_enabled(True)
+            y, z = compiled(x)
+            assert not torch.is_grad_enabled(), "the compiled call must leave grad mode as eager does"
+            assert (y.requires_grad, z.requires_grad) == (y_eager.requires_grad, z_eager.requires_grad)
+            torch.testing.assert_close(y, y_eager)
+            torch.testing.assert_close(z, z_eager)
+        torch.set_grad_enabled(True)
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, x.detach().cos())
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_item4_set_grad_enabled_restored_inside_is_left_alone():
+    def f(x):
+        torch.set_grad_enabled(False)
+        y = x * 2
+        torch.set_grad_enabled(True)
+        return y, x.sin()
+
+    check(f, seeded((3,)))
+    assert torch.is_grad_enabled()
+
+
+def _autocast_regions(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        with torch.autocast("cpu", enabled=False):
+            z = y.float() @ w
+        u = z @ w
+    return y, z, u
+
+
+def test_item4_autocast_regions_forward_and_backward_dtypes():
+    check(_autocast_regions, seeded((3, 4), (4, 4)), rtol=1e-2, atol=1e-2)
+    compiled = aot.aot_function(_autocast_regions, aot.nop)
+    grads, dtypes = [], []
+    for fn in (_autocast_regions, compiled):
+        x, w = seeded((3, 4), (4, 4))
+        y, z, u = fn(x, w)
+        dtypes.append((y.dtype, z.dtype, u.dtype))
+        seen = []
+        y.register_hook(lambda g, seen=seen: seen.append(g.dtype))
+        (y.float().sum() + z.sum() + u.float().pow(2).sum()).backward()
+        grads.append((x.grad, w.grad, seen))
+    assert dtypes[0] == dtypes[1] == (torch.bfloat16, torch.float32, torch.bfloat16)
+    assert grads[0][2] == grads[1][2] == [torch.bfloat16]
+    # The backward ran in eager's dtypes: bfloat16 rounding included, the gradients agree closely.
+    torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-5, atol=1e-5)
