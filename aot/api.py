@@ -23,6 +23,7 @@ from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatte
 
 from aot import cache, entry_cache
 from aot.backends import nop
+from aot.binding import defer_unbinding
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.failures import trace_errors
@@ -151,7 +152,7 @@ class AOTFunction:
         found = self._cache.get(key)
         if found is None:
             with self._lock:
-                found = self._cache.get(key) or self._compile(args, kwargs, key)
+                found = self._cache.get(key) or self._compile_outside_inference_mode(args, kwargs, key)
         entry, convention = found
         assert entry.runtime is not None
         tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
@@ -195,6 +196,20 @@ class AOTFunction:
         tensors = [leaves[i] for i in positions]
         meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
         return Stage(flat_fn, tensors, meta), convention
+
+    def _compile_outside_inference_mode(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        """Compile; under ``inference_mode``, trace with grad off but outside it.
+
+        Inference tensors have no version counter, which meta collection reads to see
+        mutations; with grad off the traced semantics are inference mode's. The
+        compiled call itself runs in the caller's inference mode.
+        """
+        if not torch.is_inference_mode_enabled():
+            return self._compile(args, kwargs, key)
+        with torch.inference_mode(False), torch.no_grad():
+            return self._compile(args, kwargs, key)
 
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
@@ -345,8 +360,18 @@ def _named_tensors(module: torch.nn.Module) -> list[list[tuple[torch.nn.Module, 
 
 @contextlib.contextmanager
 def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Temporarily bind ``tensors`` in place of the module's parameters and buffers."""
-    saved = []
+    """Temporarily bind ``tensors`` in place of the module's parameters and buffers.
+
+    Inside a trace's ``bindings_held`` scope the binding lasts until the trace ends: the
+    backward may re-run the forward's code (activation checkpointing) and must see them.
+    """
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+
+    def restore() -> None:
+        for table, attr, original in reversed(saved):
+            table[attr] = original
+
+    completed = False
     try:
         for group, tensor in zip(groups, tensors, strict=True):
             for owner, attr, is_buffer in group:
@@ -354,9 +379,10 @@ def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Seque
                 saved.append((table, attr, table[attr]))
                 table[attr] = tensor  # type: ignore[assignment]
         yield
+        completed = True
     finally:
-        for table, attr, original in reversed(saved):
-            table[attr] = original  # type: ignore[assignment]
+        if not (completed and defer_unbinding(restore)):
+            restore()
 
 
 class AOTModule(torch.nn.Module):

@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aot.binding import bindings_held
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
 from aot.functionalize import functionalize
 from aot.inspect import recording_source_lines
@@ -115,7 +116,8 @@ def trace_joint(
                 grads[arg_idx] = grad
         return [*outs, *grads]
 
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode:
+    # A module's parameters stay bound to the primals through the backward trace too.
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, bindings_held():
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
@@ -124,7 +126,75 @@ def trace_joint(
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
     placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
     placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
-    return _finish(gm, placeholder_names, descs, out_descs)
+    gm = _finish(gm, placeholder_names, descs, out_descs)
+    _reuse_forward_draws(gm, len(meta.output_info))
+    return gm
+
+
+def _is_random(node: fx.Node) -> bool:
+    target = node.target
+    return (
+        node.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+    )
+
+
+def _reuse_forward_draws(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
+    """A random op the backward re-runs (activation checkpointing) reuses the forward's draw.
+
+    Eager's checkpoint restores the RNG state before recomputing, so the recomputed
+    dropout draws the forward's mask; on fake tensors nothing is restored and the
+    trace has a second, independent draw. Each random op outside the forward's part
+    of the joint graph is replaced by the forward random op computing the same thing
+    from the same values (by value numbering), matched in order.
+    """
+    graph = gm.graph
+    forward_outputs = [v for v in output_values(gm)[:num_fwd_outputs] if isinstance(v, fx.Node)]
+    in_forward: set[fx.Node] = set()
+    stack = list(forward_outputs)
+    while stack:
+        node = stack.pop()
+        if node not in in_forward:
+            in_forward.add(node)
+            stack.extend(node.all_input_nodes)
+    if not any(_is_random(n) for n in graph.nodes if n not in in_forward):
+        return
+    interned: dict[Any, int] = {}
+    number: dict[fx.Node, int] = {}  # value numbers: equal when two nodes compute the same value
+    unmatched: dict[Any, list[fx.Node]] = {}  # forward draws by what they compute, in order
+
+    def value_number(key: Any) -> int:
+        return interned.setdefault(key, len(interned))
+
+    def numbered(value: Any) -> Any:
+        if isinstance(value, fx.Node):
+            return ("%", number[value])
+        if isinstance(value, (list, tuple)):
+            return (type(value).__name__, *(numbered(v) for v in value))
+        if isinstance(value, dict):
+            return ("dict", *((k, numbered(v)) for k, v in value.items()))
+        return repr(value)
+
+    for node in list(graph.nodes):
+        if node.op in ("placeholder", "output", "get_attr"):
+            number[node] = value_number((node.op, node.name))
+            continue
+        key = (node.target, numbered(node.args), numbered(node.kwargs))
+        if not _is_random(node):
+            number[node] = value_number(key)
+        elif node in in_forward:
+            number[node] = value_number(("draw", node.name))
+            unmatched.setdefault(key, []).append(node)
+        elif unmatched.get(key):
+            replacement = unmatched[key].pop(0)
+            node.replace_all_uses_with(replacement)
+            number[node] = number[replacement]
+        else:
+            number[node] = value_number(("draw", node.name))
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
 
 
 def trace_inference(

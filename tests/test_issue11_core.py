@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -231,3 +233,108 @@ def test_item4_autocast_regions_forward_and_backward_dtypes():
     # The backward ran in eager's dtypes: bfloat16 rounding included, the gradients agree closely.
     torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-5, atol=1e-5)
+
+
+# Item 5: inference mode, and inference tensors used outside it.
+
+
+def _inference_tensor(*shape: int, seed: int = 0) -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_item5_aot_module_inside_inference_mode():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    compiled = aot.aot_module(model, aot.nop)
+    for _ in range(2):
+        x = torch.randn(5, 4)
+        with torch.inference_mode():
+            out, expected = compiled(x), reference(x)
+        assert out.is_inference() and expected.is_inference()
+        torch.testing.assert_close(out, expected)
+        for a, b in zip(model.buffers(), reference.buffers(), strict=True):
+            torch.testing.assert_close(a, b)
+    # The same module still trains outside inference mode.
+    x = torch.randn(5, 4)
+    compiled(x).sum().backward()
+    reference(x).sum().backward()
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def _mutate_and_view(x, y):
+    x.mul_(2)
+    return x + y, x.t()
+
+
+def test_item5_programs_inside_inference_mode():
+    def make():
+        return seeded((3, 4), (3, 4), requires_grad=False)
+
+    with torch.inference_mode():
+        check(_mutate_and_view, make)
+        check(lambda x, y: (x * y + 1, x.view(-1)), make)
+
+
+def test_item5_inference_tensor_inputs_outside_inference_mode():
+    def make():
+        return _inference_tensor(3, 4), seeded((3, 4), seed=1)[0]
+
+    check(lambda x, w: (x + w, x.view(-1) * 2), make)  # eager allows: nothing saves x
+    check(lambda x, w: x * w, make)  # eager refuses to save an inference tensor: the same error
+    check(_mutate_and_view, make)  # eager refuses the in-place update outside inference mode
+    with torch.inference_mode():
+        check(_mutate_and_view, make)
+
+
+# Item 9: non-reentrant activation checkpointing under aot_module.
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 16)
+        self.b = torch.nn.Linear(16, 2)
+        self.drop = torch.nn.Dropout(dropout)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        h = checkpoint(lambda t: self.drop(self.a(t).relu()), x, use_reentrant=False)
+        return self.b(h)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_item9_non_reentrant_checkpoint_under_aot_module(dropout):
+    torch.manual_seed(0)
+    model = _Checkpointed(dropout)
+    reference = copy.deepcopy(model)
+    compiled = aot.aot_module(model, aot.nop)
+    for step in range(2):
+        x = seeded((3, 4), seed=step)[0]
+        x_ref = x.detach().clone().requires_grad_()
+        torch.manual_seed(step)  # eager's checkpoint re-draws the forward's dropout mask: so must we
+        out = compiled(x)
+        out.sum().backward()
+        torch.manual_seed(step)
+        expected = reference(x_ref)
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(x.grad, x_ref.grad)
+        for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad)
+    # The module's own parameters are bound again after tracing.
+    assert all(isinstance(p, torch.nn.Parameter) for p in model.parameters())
+
+
+def test_item9_two_draws_in_the_forward_stay_distinct():
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5) * torch.nn.functional.dropout(x, 0.5)
+
+    compiled = aot.aot_function(f, aot.nop)
+    x = torch.ones(64, 64, requires_grad=True)
+    compiled(x).sum().backward()
+    forward = compiled.entries[0].forward.code
+    assert forward.count("aten.bernoulli") == 2, forward

@@ -31,7 +31,7 @@ from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions
+from wrappers.write_back import set_versions, version
 
 __all__ = ["MetadataMutation"]
 
@@ -102,7 +102,7 @@ class MetadataMutation:
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            versions = [args[arg_idx]._version for arg_idx, _ in final]
+            versions = [version(args[arg_idx]) for arg_idx, _ in final]
             # Restride first, as eager's in-place metadata op came before what follows it; the layers below
             # get a view in the original geometry, so views eager took after the change replay after it.
             stand_ins = list(args)

@@ -35,7 +35,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions, write_back
+from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["SyntheticBase", "clusters_to_merge", "span_base"]
 
@@ -172,7 +172,7 @@ class SyntheticBase:
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             bases = [span_base([args[m] for m in cluster]) for cluster in clusters]
-            before = {m: args[m]._version for m in members}
+            before = {m: version(args[m]) for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
             set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
             try:

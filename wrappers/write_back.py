@@ -12,7 +12,7 @@ import torch
 
 from meta.view_and_mutation import InputAliasInfo
 
-__all__ = ["set_versions", "write_back"]
+__all__ = ["set_versions", "version", "write_back"]
 
 
 def write_back(
@@ -34,6 +34,12 @@ def write_back(
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
 
 
+def version(tensor: torch.Tensor) -> int:
+    """The version counter; 0 for an inference tensor, which has none."""
+    return 0 if tensor.is_inference() else tensor._version
+
+
 def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
     """Set version counters (shared by every view of the same memory) to eager's values."""
-    torch._C._autograd._unsafe_set_version_counter(tuple(tensors), tuple(versions))
+    pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
+    torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))
