@@ -27,6 +27,7 @@ from aot.binding import defer_unbinding
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.failures import trace_errors
+from aot.fallbacks import fake_kernel_fallbacks
 from aot.partition import default_partition
 from aot.signature import input_signature
 from aot.trace import trace_joint
@@ -224,7 +225,7 @@ class AOTFunction:
         directory = self.config.cache_dir or os.environ.get(cache.ENV_DIR)
         stored_key = entry_cache.entry_key(self._program_key, key) if directory and self._program_key else None
         loaded = entry_cache.load(directory, stored_key) if directory and stored_key else None
-        with trace_errors():
+        with trace_errors(), fake_kernel_fallbacks():
             if loaded is not None:
                 entry, convention = self._restore(leaves, *loaded)
             else:
@@ -525,13 +526,14 @@ def aot_export_joint(
     compiled = AOTFunction(fn, config)
     call_kwargs = dict(kwargs or {})
     leaves, spec = tree_flatten((tuple(args), call_kwargs))
-    stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
     joint: list[fx.GraphModule] = []
 
     def trace_only(inner: Stage) -> Any:
         joint.append(trace_joint(inner.fn, inner.args, inner.meta, config.decompositions))
         return lambda flat_args: []
 
-    compile_through(default_layers(), stage, trace_only)
+    with fake_kernel_fallbacks():
+        stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
+        compile_through(default_layers(), stage, trace_only)
     joint[0].meta["aot_meta"] = stage.meta
     return joint[0]

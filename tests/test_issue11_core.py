@@ -338,3 +338,59 @@ def test_item9_two_draws_in_the_forward_stay_distinct():
     compiled(x).sum().backward()
     forward = compiled.entries[0].forward.code
     assert forward.count("aten.bernoulli") == 2, forward
+
+
+# Item 10: torch.nn.functional.grouped_mm in float32 on CPU; other fake-kernel failures named clearly.
+
+
+class _Experts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.up = torch.nn.Parameter(torch.randn(3, 8, 16, generator=generator))
+        self.down = torch.nn.Parameter(torch.randn(3, 16, 4, generator=generator))
+
+    def forward(self, x, offs):
+        h = torch.nn.functional.grouped_mm(x, self.up, offs=offs).relu()
+        return torch.nn.functional.grouped_mm(h, self.down, offs=offs)
+
+
+def test_item10_grouped_mm_float32_under_aot_module():
+    model = _Experts()
+    reference = copy.deepcopy(model)
+    compiled = aot.aot_module(model, aot.nop)
+    offs = torch.tensor([3, 7, 12], dtype=torch.int32)
+    for step in range(2):
+        x = seeded((12, 8), seed=step)[0]
+        x_ref = x.detach().clone().requires_grad_()
+        cotangent = seeded((12, 4), requires_grad=False, seed=10 + step)[0]
+        out, expected = compiled(x, offs), reference(x_ref, offs)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        (out * cotangent).sum().backward()
+        (expected * cotangent).sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+        for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", [((4, 12), (12, 4)), ((3, 4, 8), (8, 12)), ((3, 4, 8), (3, 8, 4))])
+def test_item10_grouped_mm_other_layouts(shapes):
+    def f(a, b, offs):
+        return torch._grouped_mm(a, b, offs=None if a.dim() == b.dim() == 3 else offs)
+
+    def make():
+        a, b = seeded(*shapes)
+        return a, b, torch.tensor([3, 7, 12], dtype=torch.int32)
+
+    check(f, make, backward=False)
+
+
+def test_item10_other_fake_kernel_failure_names_op_and_line():
+    from aot.errors import FakeKernelError
+
+    def f(a, b, offs):
+        return torch._grouped_mm(a, b, offs=offs, bias=torch.zeros(4))  # the fake kernel refuses float32
+
+    with pytest.raises(FakeKernelError, match=r"aten\._grouped_mm.*test_issue11_core\.py:\d+") as raised:
+        aot.aot_function(f, aot.nop)(torch.randn(12, 8), torch.randn(3, 8, 4), torch.tensor([3, 7, 12]).int())
+    assert isinstance(raised.value, RuntimeError)  # what eager raises for an op it refuses
