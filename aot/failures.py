@@ -24,7 +24,13 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from aot.errors import BackendCompilerError, DataDependentError, FakeKernelError, UnsupportedOperatorError
+from aot.errors import (
+    BackendCompilerError,
+    DataDependentError,
+    FakeKernelError,
+    UnsupportedInputError,
+    UnsupportedOperatorError,
+)
 
 __all__ = ["backend_errors", "trace_errors", "user_line"]
 
@@ -58,6 +64,16 @@ def trace_errors() -> Iterator[None]:
             f"(called at {user_line(error.__traceback__)}). aotfx traces static shapes: keep data-dependent "
             "control flow and ops like .item(), nonzero() or unique() outside the compiled function, or "
             "split the function there."
+        ) from error
+    except AssertionError as error:
+        op = _fake_kernel_op(error.__traceback__)
+        if op is None or "convert all Tensors to FakeTensors" not in str(error):
+            raise
+        raise UnsupportedInputError(
+            f"{op} was given a real tensor while aotfx traced the function (called at "
+            f"{user_line(error.__traceback__)}): the function reads a tensor that is not one of its arguments "
+            "(a global, a closure variable, or a module attribute that is not a parameter or buffer). "
+            "Pass it as an argument of the compiled function."
         ) from error
     except FakeKernelError:
         raise

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import aot
-from aot.errors import DoubleBackwardError
+from aot.errors import DoubleBackwardError, UnsupportedInputError
 from tests.oracle import check
 
 
@@ -59,6 +59,17 @@ def test_item0_hvp_raises_instead_of_zeros():
     assert eager.abs().sum() > 0
     with pytest.raises(DoubleBackwardError):
         torch.autograd.functional.hvp(lambda w: compiled(a, w), w, v)
+
+
+def test_item0_captured_tensor_is_refused_clearly_never_zeros():
+    a = seeded((5, 4), requires_grad=False)[0]
+
+    def f(w):
+        return torch.tanh(a @ w).pow(2).sum()  # ``a`` is not an argument: a real tensor in the trace
+
+    w, v = seeded((4,), (4,), requires_grad=False, seed=1)
+    with pytest.raises(UnsupportedInputError, match=r"aten\.mv.*test_issue11_core\.py:\d+.*not one of its arguments"):
+        torch.autograd.functional.hvp(aot.aot_function(f, aot.nop), w, v)
 
 
 def test_item0_create_graph_keeps_the_path_to_parameters():
