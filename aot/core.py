@@ -69,8 +69,11 @@ def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
     """Called under no_grad, the function still returns a computed value with a gradient: it made it
     in an ``enable_grad`` region (eager records that region; so must the compiled call)."""
     computed = (OutputType.NON_ALIAS, OutputType.ALIAS_OF_INTERMEDIATE)
-    return any(info.is_differentiable and info.output_type in computed for info in user_meta.output_info) or any(
-        base.is_differentiable for base in user_meta.intermediate_bases
+    return (
+        any(info.is_differentiable and info.output_type in computed for info in user_meta.output_info)
+        or any(base.is_differentiable for base in user_meta.intermediate_bases)
+        # an input written in such a region: eager records the write
+        or any(info.mutation_visible_to_autograd and info.requires_grad_after for info in user_meta.input_info)
     )
 
 

@@ -405,3 +405,17 @@ def test_item10_other_fake_kernel_failure_names_op_and_line():
     with pytest.raises(FakeKernelError, match=r"aten\._grouped_mm.*test_issue11_core\.py:\d+") as raised:
         aot.aot_function(f, aot.nop)(torch.randn(12, 8), torch.randn(3, 8, 4), torch.tensor([3, 7, 12]).int())
     assert isinstance(raised.value, RuntimeError)  # what eager raises for an op it refuses
+
+
+def test_item4_input_written_in_enable_grad_region_under_no_grad():
+    def f(x, w):
+        with torch.enable_grad():
+            x.mul_(w)
+        return x, x.sin()
+
+    def make():
+        x, w = seeded((3,), (3,))
+        return x * 1, w  # under no_grad: x is a plain tensor the region gives history
+
+    with torch.no_grad():
+        check(f, make)

@@ -29,7 +29,9 @@ def write_back(
     ops our single ``copy_`` stands for.
     """
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
-        with torch.set_grad_enabled(torch.is_grad_enabled() and info.mutation_visible_to_autograd):
+        # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
+        # region under an outer no_grad included), not the caller's mode.
+        with torch.set_grad_enabled(info.mutation_visible_to_autograd):
             target.copy_(new_value)
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
 
