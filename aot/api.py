@@ -23,9 +23,11 @@ from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatte
 
 from aot import cache, entry_cache
 from aot.backends import nop
+from aot.binding import defer_unbinding
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.failures import trace_errors
+from aot.fallbacks import fake_kernel_fallbacks
 from aot.partition import default_partition
 from aot.signature import input_signature
 from aot.trace import trace_joint
@@ -77,6 +79,9 @@ class _CallingConvention:
     out_spec: TreeSpec | None = None
     out_template: list[Any] | None = None
     out_is_tuple_of_tensors: bool = False
+    # The grad mode the function leaves behind when it differs from the caller's (it ran
+    # ``torch.set_grad_enabled`` and did not restore it); set after every call, as eager leaves it.
+    exit_grad_mode: bool | None = None
 
     def record_outputs(self, out_leaves: list[Any], out_spec: TreeSpec) -> None:
         self.out_spec = out_spec
@@ -148,7 +153,7 @@ class AOTFunction:
         found = self._cache.get(key)
         if found is None:
             with self._lock:
-                found = self._cache.get(key) or self._compile(args, kwargs, key)
+                found = self._cache.get(key) or self._compile_outside_inference_mode(args, kwargs, key)
         entry, convention = found
         assert entry.runtime is not None
         tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
@@ -162,7 +167,10 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.runtime
         assert runtime is not None
-        return convention.rebuild(runtime(tensors))
+        outs = runtime(tensors)
+        if convention.exit_grad_mode is not None:
+            torch.set_grad_enabled(convention.exit_grad_mode)
+        return convention.rebuild(outs)
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         names = _leaf_names(self.fn, args, kwargs)
@@ -183,7 +191,15 @@ class AOTFunction:
             for position, tensor in zip(positions, tensors, strict=True):
                 filled[position] = tensor
             call_args, call_kwargs = tree_unflatten(filled, spec)
-            out_leaves, out_spec = tree_flatten(fn(*call_args, **call_kwargs))
+            grad_mode = torch.is_grad_enabled()
+            try:
+                result = fn(*call_args, **call_kwargs)
+                left = torch.is_grad_enabled()
+            finally:
+                # Each trace starts from the caller's mode; the compiled call sets the mode left behind.
+                torch.set_grad_enabled(grad_mode)
+            convention.exit_grad_mode = None if left == grad_mode else left
+            out_leaves, out_spec = tree_flatten(result)
             convention.record_outputs(out_leaves, out_spec)
             return [v for v in out_leaves if isinstance(v, torch.Tensor)]
 
@@ -191,6 +207,20 @@ class AOTFunction:
         tensors = [leaves[i] for i in positions]
         meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
         return Stage(flat_fn, tensors, meta), convention
+
+    def _compile_outside_inference_mode(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        """Compile; under ``inference_mode``, trace with grad off but outside it.
+
+        Inference tensors have no version counter, which meta collection reads to see
+        mutations; with grad off the traced semantics are inference mode's. The
+        compiled call itself runs in the caller's inference mode.
+        """
+        if not torch.is_inference_mode_enabled():
+            return self._compile(args, kwargs, key)
+        with torch.inference_mode(False), torch.no_grad():
+            return self._compile(args, kwargs, key)
 
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
@@ -205,7 +235,7 @@ class AOTFunction:
         directory = self.config.cache_dir or os.environ.get(cache.ENV_DIR)
         stored_key = entry_cache.entry_key(self._program_key, key) if directory and self._program_key else None
         loaded = entry_cache.load(directory, stored_key) if directory and stored_key else None
-        with trace_errors():
+        with trace_errors(), fake_kernel_fallbacks():
             if loaded is not None:
                 entry, convention = self._restore(leaves, *loaded)
             else:
@@ -347,8 +377,18 @@ def _named_tensors(module: torch.nn.Module) -> list[list[tuple[torch.nn.Module, 
 
 @contextlib.contextmanager
 def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Temporarily bind ``tensors`` in place of the module's parameters and buffers."""
-    saved = []
+    """Temporarily bind ``tensors`` in place of the module's parameters and buffers.
+
+    Inside a trace's ``bindings_held`` scope the binding lasts until the trace ends: the
+    backward may re-run the forward's code (activation checkpointing) and must see them.
+    """
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+
+    def restore() -> None:
+        for table, attr, original in reversed(saved):
+            table[attr] = original
+
+    completed = False
     try:
         for group, tensor in zip(groups, tensors, strict=True):
             for owner, attr, is_buffer in group:
@@ -356,9 +396,10 @@ def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Seque
                 saved.append((table, attr, table[attr]))
                 table[attr] = tensor  # type: ignore[assignment]
         yield
+        completed = True
     finally:
-        for table, attr, original in reversed(saved):
-            table[attr] = original  # type: ignore[assignment]
+        if not (completed and defer_unbinding(restore)):
+            restore()
 
 
 class AOTModule(torch.nn.Module):
@@ -501,13 +542,14 @@ def aot_export_joint(
     compiled = AOTFunction(fn, config)
     call_kwargs = dict(kwargs or {})
     leaves, spec = tree_flatten((tuple(args), call_kwargs))
-    stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
     joint: list[fx.GraphModule] = []
 
     def trace_only(inner: Stage) -> Any:
         joint.append(trace_joint(inner.fn, inner.args, inner.meta, config.decompositions))
         return lambda flat_args: []
 
-    compile_through(default_layers(), stage, trace_only)
+    with fake_kernel_fallbacks():
+        stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
+        compile_through(default_layers(), stage, trace_only)
     joint[0].meta["aot_meta"] = stage.meta
     return joint[0]

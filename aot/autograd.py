@@ -56,7 +56,7 @@ class _CompiledBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, run: Callable[[list[Any]], list[Any]], *tensors: Any) -> Any:
+    def forward(ctx: Any, run: Callable[[list[Any]], list[Any]], anchor: torch.Tensor, *tensors: Any) -> Any:
         return tuple(run(list(tensors)))
 
     @staticmethod
@@ -102,21 +102,33 @@ def make_training_runtime(
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
             outputs, saved = fresh_outputs(results[:num_outputs], args), results[num_outputs:]
-            ctx.save_for_backward(*saved)
+            # An empty extra output: saved (as an output, so it holds no memory and no cycle), it comes
+            # back in the backward with this node as its grad_fn, the edge to the primals' history.
+            anchor = torch.empty(0)
+            ctx.save_for_backward(*saved, anchor)
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
-            return tuple(outputs)
+            return (*outputs, anchor)
 
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
             tangents = [
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
-            args = [*ctx.saved_tensors, *tangents]
-            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-                return _CompiledBackward.apply(run_backward, *args)  # type: ignore[no-untyped-call]
+            *saved, anchor = ctx.saved_tensors
+            args = [*saved, *tangents]
+            if torch.is_grad_enabled():
+                # create_graph=True: every gradient gets a history, through the anchor back to the
+                # primals, whose backward raises. Without it a gradient computed from saved values
+                # (which carry no history) would look constant: zeros, or a silently missing edge.
+                return _CompiledBackward.apply(run_backward, anchor, *args)  # type: ignore[no-untyped-call]
             return tuple(run_backward(args))
 
     def run(args: list[Any]) -> list[Any]:
-        return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
+        if not torch.is_grad_enabled():
+            # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
+            # record the call (the outputs eager made without one are marked non-differentiable).
+            with torch.enable_grad():
+                return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
+        return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
 
     return run

@@ -21,7 +21,7 @@ from aot.backends import to_boxed
 from aot.config import AOTConfig
 from aot.failures import backend_errors
 from aot.trace import example_inputs, trace_inference, trace_joint
-from meta.view_and_mutation import ViewAndMutationMeta
+from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
 __all__ = ["CompiledEntry", "compile_core", "runtime_from_graphs"]
@@ -50,7 +50,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
     meta = stage.meta
     entry.core_meta = meta
-    if torch.is_grad_enabled() and meta.requires_autograd:
+    if meta.requires_autograd and (torch.is_grad_enabled() or _grad_inside_no_grad(entry.meta)):
         if meta.backward_error is not None:
             return _forward_only(stage, config, entry, RuntimeError(meta.backward_error))
         try:
@@ -66,6 +66,18 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     else:
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
     return runtime_from_graphs(meta, config, entry)
+
+
+def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
+    """Called under no_grad, the function still returns a computed value with a gradient: it made it
+    in an ``enable_grad`` region (eager records that region; so must the compiled call)."""
+    computed = (OutputType.NON_ALIAS, OutputType.ALIAS_OF_INTERMEDIATE)
+    return (
+        any(info.is_differentiable and info.output_type in computed for info in user_meta.output_info)
+        or any(base.is_differentiable for base in user_meta.intermediate_bases)
+        # an input written in such a region: eager records the write
+        or any(info.mutation_visible_to_autograd and info.requires_grad_after for info in user_meta.input_info)
+    )
 
 
 def runtime_from_graphs(

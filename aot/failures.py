@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -23,7 +24,13 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from aot.errors import BackendCompilerError, DataDependentError, UnsupportedOperatorError
+from aot.errors import (
+    BackendCompilerError,
+    DataDependentError,
+    FakeKernelError,
+    UnsupportedInputError,
+    UnsupportedOperatorError,
+)
 
 __all__ = ["backend_errors", "trace_errors", "user_line"]
 
@@ -66,12 +73,48 @@ def trace_errors() -> Iterator[None]:
             "view size is not compatible with input tensor's size and stride (at least one dimension spans "
             f"across two contiguous subspaces). Use .reshape(...) instead. ({error})"
         ) from error
+    except AssertionError as error:
+        op = _fake_kernel_op(error.__traceback__)
+        if op is None or "convert all Tensors to FakeTensors" not in str(error):
+            raise
+        raise UnsupportedInputError(
+            f"{op} was given a real tensor while aotfx traced the function (called at "
+            f"{user_line(error.__traceback__)}): the function reads a tensor that is not one of its arguments "
+            "(a global, a closure variable, or a module attribute that is not a parameter or buffer). "
+            "Pass it as an argument of the compiled function."
+        ) from error
+    except FakeKernelError:
+        raise
+    except RuntimeError as error:
+        op = _fake_kernel_op(error.__traceback__)
+        if op is None:
+            raise
+        raise FakeKernelError(
+            f"{op} raised while aotfx traced it on fake tensors (called at {user_line(error.__traceback__)}): "
+            f"{error}\nIf eager runs this call, the op's fake kernel refuses what its real kernel accepts: "
+            "register one that accepts it (torch.library.register_fake) or call the op outside the compiled "
+            "function."
+        ) from error
     except UnsupportedOperatorException as error:
         op = getattr(error, "func", "an op")
         raise UnsupportedOperatorError(
             f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}). "
             "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
         ) from error
+
+
+_FAKE_TENSOR_FILE = os.path.join("_subclasses", "fake_tensor.py")
+
+
+def _fake_kernel_op(tb: TracebackType | None) -> Any:
+    """The ATen op whose fake-tensor dispatch raised, if the error came from one."""
+    found = None
+    for frame, _ in traceback.walk_tb(tb):
+        if frame.f_code.co_filename.endswith(_FAKE_TENSOR_FILE):
+            func = frame.f_locals.get("func")
+            if isinstance(func, torch._ops.OpOverload):
+                found = func
+    return found
 
 
 def _written_for_reproduction(kind: str, gm: fx.GraphModule) -> str:

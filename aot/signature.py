@@ -45,7 +45,7 @@ def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callabl
     earlier argument or not), its storage offset and whether it is a view: what
     the dedupe and synthetic-base layers decide on.
     """
-    parts: list[Hashable] = [structure, torch.is_grad_enabled()]
+    parts: list[Hashable] = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled()]
     first_in_storage: dict[int, int] = {}  # storage -> position of its first tensor
     shared: set[int] = set()  # positions of tensors whose storage another tensor argument shares
     for position, leaf in enumerate(leaves):

@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aot.binding import bindings_held
 from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
 from aot.functionalize import functionalize
 from aot.inspect import recording_source_lines
@@ -45,6 +46,34 @@ def fake_tangent(fake_mode: FakeTensorMode, output: Any) -> torch.Tensor:
         return torch.empty(output.spec.shape, dtype=output.spec.dtype)
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
+    """``flat_fn`` with eager's autocast weight cache, which ``make_fx`` turns off.
+
+    Eager casts a leaf that requires grad once per autocast region and reuses the cast, so
+    the gradients of its uses are summed in the low precision before the cast back; a trace
+    without the cache sums them after, and the gradient differs in the last bits. Only when
+    no autocast region is open around the trace: the function's own regions then clear the
+    cache on exit, and nothing traced outlives the trace in it.
+    """
+    enabled = torch.is_autocast_cache_enabled()
+    if not enabled or any(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES):
+        return flat_fn
+
+    def with_cache(*args: torch.Tensor) -> Sequence[torch.Tensor]:
+        previous = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(True)
+        try:
+            return flat_fn(*args)
+        finally:
+            torch.set_autocast_cache_enabled(previous)
+            torch.clear_autocast_cache()
+
+    return with_cache
+
+
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
@@ -63,21 +92,33 @@ def trace_joint(
     wants_grad = [i for i, info in enumerate(meta.input_info) if info.requires_grad]
     num_primals = len(primals)
 
+    # The forward runs in the caller's grad mode, as eager's did: under no_grad, only the outputs of
+    # an enable_grad region inside the function have a gradient.
+    grad_mode = torch.is_grad_enabled()
+    flat_fn = _autocast_cache_as_eager(flat_fn)
+
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
-        with torch.enable_grad(), FreshViews() as fresh_views:
+        with torch.set_grad_enabled(grad_mode), FreshViews() as fresh_views:
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
+        cotangents = list(tangent_args)
+        if not grad_mode:
+            # Under no_grad only the enable_grad regions' outputs have history; a mutated input's new
+            # value is written back without one (its tangent is unused).
+            kept = [i for i, out in enumerate(differentiable) if out.requires_grad]
+            differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
         if differentiable and wants_grad:
             found = torch.autograd.grad(
-                differentiable, [primal_args[i] for i in wants_grad], list(tangent_args), allow_unused=True
+                differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
             )
             for arg_idx, grad in zip(wants_grad, found, strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
 
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode:
+    # A module's parameters stay bound to the primals through the backward trace too.
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, bindings_held():
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
@@ -86,7 +127,75 @@ def trace_joint(
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
     placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
     placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
-    return _finish(gm, placeholder_names, descs, out_descs)
+    gm = _finish(gm, placeholder_names, descs, out_descs)
+    _reuse_forward_draws(gm, len(meta.output_info))
+    return gm
+
+
+def _is_random(node: fx.Node) -> bool:
+    target = node.target
+    return (
+        node.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+    )
+
+
+def _reuse_forward_draws(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
+    """A random op the backward re-runs (activation checkpointing) reuses the forward's draw.
+
+    Eager's checkpoint restores the RNG state before recomputing, so the recomputed
+    dropout draws the forward's mask; on fake tensors nothing is restored and the
+    trace has a second, independent draw. Each random op outside the forward's part
+    of the joint graph is replaced by the forward random op computing the same thing
+    from the same values (by value numbering), matched in order.
+    """
+    graph = gm.graph
+    forward_outputs = [v for v in output_values(gm)[:num_fwd_outputs] if isinstance(v, fx.Node)]
+    in_forward: set[fx.Node] = set()
+    stack = list(forward_outputs)
+    while stack:
+        node = stack.pop()
+        if node not in in_forward:
+            in_forward.add(node)
+            stack.extend(node.all_input_nodes)
+    if not any(_is_random(n) for n in graph.nodes if n not in in_forward):
+        return
+    interned: dict[Any, int] = {}
+    number: dict[fx.Node, int] = {}  # value numbers: equal when two nodes compute the same value
+    unmatched: dict[Any, list[fx.Node]] = {}  # forward draws by what they compute, in order
+
+    def value_number(key: Any) -> int:
+        return interned.setdefault(key, len(interned))
+
+    def numbered(value: Any) -> Any:
+        if isinstance(value, fx.Node):
+            return ("%", number[value])
+        if isinstance(value, (list, tuple)):
+            return (type(value).__name__, *(numbered(v) for v in value))
+        if isinstance(value, dict):
+            return ("dict", *((k, numbered(v)) for k, v in value.items()))
+        return repr(value)
+
+    for node in list(graph.nodes):
+        if node.op in ("placeholder", "output", "get_attr"):
+            number[node] = value_number((node.op, node.name))
+            continue
+        key = (node.target, numbered(node.args), numbered(node.kwargs))
+        if not _is_random(node):
+            number[node] = value_number(key)
+        elif node in in_forward:
+            number[node] = value_number(("draw", node.name))
+            unmatched.setdefault(key, []).append(node)
+        elif unmatched.get(key):
+            replacement = unmatched[key].pop(0)
+            node.replace_all_uses_with(replacement)
+            number[node] = number[replacement]
+        else:
+            number[node] = value_number(("draw", node.name))
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
 
 
 def trace_inference(
@@ -95,15 +204,23 @@ def trace_inference(
     meta: ViewAndMutationMeta,
     decompositions: Mapping[Any, Callable[..., Any]],
 ) -> fx.GraphModule:
-    """Trace the forward alone, under ``no_grad``: ``(primals...) -> (outputs...)``."""
+    """Trace the forward alone: ``(primals...) -> (outputs...)``.
+
+    In the caller's grad mode, as eager runs it: a ``torch.autograd.grad`` inside the
+    function, or an op that decomposes by grad mode, is traced as eager executes it.
+    The graph itself runs without autograd.
+    """
     fake_mode = FakeTensorMode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
+
+    flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
         with FreshViews():
             return list(flat_fn(*args))
 
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.no_grad():
+    grad_mode = torch.is_grad_enabled()
+    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.set_grad_enabled(grad_mode):
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
@@ -118,6 +235,8 @@ def _finish(
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     for node, name, desc in zip(placeholders, names, descs, strict=True):
         node._rename(name)
+        # torch's partitioners (and ones ported from them) find primals and tangents by target.
+        node.target = node.name
         node.meta[DESC] = desc
     # Every graph a backend sees is functional; the layers above guarantee no input is written.
     functionalize(gm)

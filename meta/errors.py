@@ -11,6 +11,7 @@ __all__ = [
     "BackendCompilerError",
     "DataDependentError",
     "DoubleBackwardError",
+    "FakeKernelError",
     "UnsupportedInputError",
     "UnsupportedMutationError",
     "UnsupportedOperatorError",
@@ -39,6 +40,10 @@ class DataDependentError(AOTError, RuntimeError):
 
 class UnsupportedOperatorError(AOTError, NotImplementedError):
     """An op the fake tensors cannot run (a custom op without a fake kernel, say)."""
+
+
+class FakeKernelError(AOTError, RuntimeError):
+    """An op's fake (meta) kernel raised while tracing; eager's real kernel may accept the call."""
 
 
 class BackendCompilerError(AOTError, RuntimeError):

@@ -97,7 +97,7 @@ def replay_views(
         if made is not None and step.key in made:
             tensor = made[step.key]
             continue
-        if version_before_call is not None and step.version >= 0:
+        if version_before_call is not None and step.version >= 0 and not tensor.is_inference():
             torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version,))
         tensor = step.replay(tensor)
         if made is not None and step.key >= 0:

@@ -24,7 +24,7 @@ from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions
+from wrappers.write_back import set_versions, version
 
 __all__ = ["MetadataMutation"]
 
@@ -76,7 +76,7 @@ class MetadataMutation:
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
-            versions = [target._version for target in targets]
+            versions = [version(target) for target in targets]
             inner_outs = inner(args)
             for target, (_, info) in zip(targets, final, strict=True):
                 assert info.final_metadata is not None

@@ -27,7 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
-from wrappers.write_back import set_versions, write_back
+from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["RuntimeEpilogue"]
 
@@ -110,8 +110,8 @@ class RuntimeEpilogue:
         plan = list(enumerate(meta.output_info))
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            versions = [args[arg]._version for arg, _, _ in writes]
-            before = {arg: args[arg]._version for arg, _ in tracked}
+            versions = [version(args[arg]) for arg, _, _ in writes]
+            before = {arg: version(args[arg]) for arg, _ in tracked}
             # Counters at eager's final values already, so what the compiled forward saves from memory
             # shared with a written input is checked against the version eager's reads saw.
             set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])

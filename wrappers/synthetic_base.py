@@ -37,7 +37,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions, write_back
+from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["SyntheticBase", "clusters_to_merge", "span_base"]
 
@@ -244,7 +244,7 @@ class SyntheticBase:
                 else:
                     targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
-            before = {m: args[m]._version for m in members}
+            before = {m: version(args[m]) for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
             set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
             try:
@@ -266,7 +266,7 @@ class SyntheticBase:
                 for i, info in enumerate(meta.output_info)
                 if UserOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            write_back(targets, inner_outs[num_kept:], target_infos, [t._version for t in targets])
+            write_back(targets, inner_outs[num_kept:], target_infos, [version(t) for t in targets])
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )

@@ -12,7 +12,7 @@ import torch
 
 from meta.view_and_mutation import InputAliasInfo
 
-__all__ = ["set_versions", "write_back"]
+__all__ = ["set_versions", "version", "write_back"]
 
 
 def write_back(
@@ -30,14 +30,22 @@ def write_back(
     """
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
         target, new_value = _one_index_per_element(target, new_value)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and info.mutation_visible_to_autograd):
+        # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
+        # region under an outer no_grad included), not the caller's mode.
+        with torch.set_grad_enabled(info.mutation_visible_to_autograd):
             target.copy_(new_value)
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
 
 
+def version(tensor: torch.Tensor) -> int:
+    """The version counter; 0 for an inference tensor, which has none."""
+    return 0 if tensor.is_inference() else tensor._version
+
+
 def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
     """Set version counters (shared by every view of the same memory) to eager's values."""
-    torch._C._autograd._unsafe_set_version_counter(tuple(tensors), tuple(versions))
+    pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
+    torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))
 
 
 def _one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
