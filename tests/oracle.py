@@ -108,6 +108,7 @@ def check(
     rtol: float = RTOL,
     atol: float = ATOL,
     calls: int = 2,
+    deep: bool = False,
 ) -> Any:
     """Run ``fn`` eagerly and compiled on equal inputs; assert they agree on everything observable.
 
@@ -115,6 +116,10 @@ def check(
         make_args: a tuple of arguments (cloned per run) or a factory making fresh ones.
         compiled_fn: the compiled function to test (default: ``aot_function(fn, compiler)``).
         calls: how many times to run the compiled function (the second call reuses the entry).
+        deep: also compare the whole storage of every input after the call (writes outside
+            the input's own view, e.g. through ``as_strided`` with an absolute offset) and the
+            gradients of every autograd leaf behind the inputs (the leaf a view input comes
+            from, the leaf behind a non-leaf input), not only of inputs that are leaves.
 
     Returns the compiled function, for further inspection.
     """
@@ -122,8 +127,44 @@ def check(
     factory = make_args if callable(make_args) else (lambda: clone_args(make_args))
     compiled = compiled_fn or aot.aot_function(fn, compiler)
     for _ in range(calls):
-        _check_once(fn, compiled, factory, kwargs, backward, rtol, atol)
+        _check_once(fn, compiled, factory, kwargs, backward, rtol, atol, deep)
     return compiled
+
+
+def _leaves_behind(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The autograd leaves requiring grad that the inputs are or come from, in a fixed order."""
+    leaves: list[torch.Tensor] = []
+    seen_nodes: set[int] = set()
+
+    def add(t: torch.Tensor) -> None:
+        if all(t is not other for other in leaves):
+            leaves.append(t)
+
+    def visit(node: Any) -> None:
+        if node is None or id(node) in seen_nodes:
+            return
+        seen_nodes.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            add(variable)
+        for child, _ in node.next_functions:
+            visit(child)
+
+    for t in inputs:
+        if t.requires_grad and t.is_leaf:
+            add(t)
+        else:
+            visit(t.grad_fn)
+    return leaves
+
+
+def _whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """A flat tensor over all of ``t``'s storage, in ``t``'s dtype."""
+    storage = t.untyped_storage()
+    with torch.no_grad():
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+            storage, 0, (storage.nbytes() // t.element_size(),), (1,)
+        )
 
 
 def _run(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> tuple[Any, BaseException | None]:
@@ -141,9 +182,12 @@ def _check_once(
     backward: bool,
     rtol: float,
     atol: float,
+    deep: bool = False,
 ) -> None:
     eager_args, compiled_args = factory(), factory()
     eager_inputs, compiled_inputs = _tensor_leaves(eager_args), _tensor_leaves(compiled_args)
+    eager_leaves_behind = _leaves_behind(eager_inputs) if deep else []
+    compiled_leaves_behind = _leaves_behind(compiled_inputs) if deep else []
     versions_before = [_version(t) for t in compiled_inputs]
     eager_versions_before = [_version(t) for t in eager_inputs]
     eager_out, eager_error = _run(fn, eager_args, kwargs)
@@ -177,6 +221,10 @@ def _check_once(
     for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
         _compare_values(f"input {i} after the call", c, e, rtol, atol)
         assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset(), f"input {i} metadata"
+        if deep:
+            c_storage, e_storage = _whole_storage(c), _whole_storage(e)
+            assert c_storage.shape == e_storage.shape, f"storage of input {i} after the call: size"
+            _compare_values(f"storage of input {i} after the call", c_storage, e_storage, rtol, atol)
     compiled_bumps = [_version(t) - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
     eager_bumps = [_version(t) - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
     assert compiled_bumps == eager_bumps, f"version counter bumps {compiled_bumps} != eager {eager_bumps}"
@@ -193,6 +241,10 @@ def _check_once(
         torch.randn(eager_outs[i].shape, generator=generator, dtype=eager_outs[i].dtype) for i in differentiable
     ]
     wrt = [i for i, t in enumerate(eager_inputs) if t.requires_grad and t.is_leaf]
+    if deep:  # every leaf behind the inputs, compared in the same order
+        assert len(compiled_leaves_behind) == len(eager_leaves_behind)
+        eager_inputs, compiled_inputs = eager_leaves_behind, compiled_leaves_behind
+        wrt = list(range(len(eager_inputs)))
 
     def grads(outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[torch.Tensor | None] | BaseException:
         loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
