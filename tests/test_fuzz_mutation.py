@@ -37,6 +37,7 @@ PENDING = frozenset(
     {
         "alias_mixed",
         "alias_groups",
+        "offset",
         "strided",
         "expanded",
         "write_kinds",
