@@ -1,17 +1,77 @@
-"""Random programs of views, in-place ops, metadata mutations and returns, for differential fuzzing.
+"""Random straight-line programs of views, writes and metadata mutations, for differential fuzzing.
 
-A program is a list of steps over a growing list of tensor values (the inputs
-first). Each step reads values by index modulo the current count, so every
-drawn program is well formed; steps whose op does not apply to a value's shape
-are skipped the same way eagerly and compiled, since both run the same Python.
+A program is Python source: ``make_args()`` builds the inputs, ``f(*args)`` runs the
+drawn steps and returns some of the values plus the sum of all of them.
+``Program.source()`` renders it as a script a developer can paste (it ends in a call of
+``tests.oracle.check``). Drawing runs every step eagerly as it is drawn (the simulation),
+so the emitted program is exactly what eager runs: a step that does not apply to a
+value's shape or dtype is skipped while drawing, and a step eager rejects either ends the
+program (then the compiled program must raise the same exception type) or is redrawn.
+
+Drawing is done by ``draw_program(rng, features)`` from a ``random.Random``: the long run
+(``benchmarks/fuzz_mutation.py``) seeds one per program; CI hands it hypothesis'
+``st.randoms()`` (``programs()``), so both share the same drawing logic.
+
+What it draws, by feature (``FEATURES``; ``BASELINE`` is what the first fuzzer drew):
+
+Inputs (1-4 arguments, from 1-3 storages):
+  - ``alias_inputs``: all inputs from one storage: the same tensor passed two or three
+    times, or same-shape overlapping or disjoint views at offsets 0, k, 2k;
+  - ``alias_mixed``: two or three views of one storage, of varied geometry, beside
+    independent inputs; a duplicate of any input;
+  - ``alias_groups``: two or three storages with several views each, in one call;
+  - ``offset``: inputs at nonzero storage offsets (no view of the group at offset 0);
+  - ``strided``: non-contiguous (``[:, ::2]``, ``[o::2]``, columns ``[:, j]``) and
+    transposed (``.t()``) inputs;
+  - ``expanded``: expanded, self-overlapping inputs (``torch.randn(()).expand(2)``,
+    ``s[o:o+c].expand(2, c)``);
+  - ``dtypes``: int64 and complex64 inputs beside float32;
+  - ``grad_kinds``: inputs that are leaves requiring grad of any geometry
+    (``.detach().requires_grad_()``), views of a leaf, views of a non-leaf; without
+    it an input is a plain leaf, a non-leaf ``l * 1``, or requires no grad.
+
+Steps:
+  - ``views``: t, transpose, slices, narrow, select, unsqueeze, view(-1), diagonal,
+    ``[..., ::2]``, detach, flip/clone/mul/sin as fresh values;
+  - ``inplace``: add_, mul_, neg_, zero_, clamp_, sigmoid_;
+  - ``no_grad_write``: a data write under ``torch.no_grad()``;
+  - ``metadata_inputs``: t_, transpose_, unsqueeze_, squeeze_ of an input before any
+    view of it is taken;
+  - ``write_kinds``: fill_, copy_ from another value, mul_ by another value,
+    index_put_ (also with the written tensor as the values), index_fill_;
+  - ``out``: ``out=`` variants (``torch.neg(x, out=v)``, ``torch.add``, ``torch.mul``),
+    also into ``.data`` aliases;
+  - ``data_detach``: ``.data`` and ``.detach()`` aliases as values, data writes through them;
+  - ``more_views``: expand, unfold, ``as_strided`` with absolute storage offsets;
+  - ``complex_views``: view_as_real, ``.real``, ``.imag`` of complex values,
+    view_as_complex of float values;
+  - ``metadata_views``: metadata mutations of views of inputs and of intermediates;
+  - ``metadata_after_view``: metadata mutations of a value some view of which was taken
+    before and is used after;
+  - ``metadata_data``: metadata mutations of ``.data``/``detach()`` aliases;
+  - ``as_strided_``: ``as_strided_`` with absolute storage offsets;
+  - ``resize_``: ``resize_``, shrinking or growing within the storage (eager allows it
+    only on tensors that do not require grad; growing past the storage is not drawn:
+    the new elements would be uninitialized memory, not comparable);
+  - ``set_``: ``x.set_(y)`` under ``no_grad`` (x an input or a value, y any same-dtype value);
+  - ``requires_grad_``: ``requires_grad_()`` inside the function;
+  - ``grad_mode``: steps inside ``torch.no_grad()``, ``torch.enable_grad()`` and
+    ``torch.set_grad_enabled(False)`` blocks;
+  - ``autograd_function``: custom ``torch.autograd.Function``s: identity returning its
+    input, returning a view of its input, an in-place ``mark_dirty`` one, and one
+    with a non-differentiable second output.
+
+The oracle (``tests/oracle.py`` ``check``) runs each program eagerly and compiled, in
+training and under ``no_grad``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import random
+import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,108 +80,716 @@ from hypothesis import strategies as st
 
 from aot.errors import UnsupportedMutationError
 
-__all__ = ["Program", "programs", "refused_clearly"]
+__all__ = [
+    "BASELINE",
+    "FEATURES",
+    "Program",
+    "draw_program",
+    "programs",
+    "refused_clearly",
+]
 
-# name -> (applies to a value?, make the new value). Views and fresh values append to the list.
-VIEWS: dict[str, tuple[Callable[[torch.Tensor], bool], Callable[[torch.Tensor], torch.Tensor]]] = {
-    "t": (lambda v: v.dim() == 2, lambda v: v.t()),
-    "transpose": (lambda v: v.dim() >= 2, lambda v: v.transpose(0, -1)),
-    "narrow": (lambda v: v.dim() >= 1 and v.shape[0] > 1, lambda v: v.narrow(0, 1, v.shape[0] - 1)),
-    "select": (lambda v: v.dim() >= 2, lambda v: v.select(0, 0)),
-    "unsqueeze": (lambda v: v.dim() < 4, lambda v: v.unsqueeze(0)),
-    "flatten_view": (lambda v: v.is_contiguous() and v.dim() >= 2, lambda v: v.view(-1)),
-    "diagonal": (lambda v: v.dim() >= 2, lambda v: v.diagonal()),
-    "slice_step": (lambda v: v.dim() >= 1 and v.shape[-1] > 1, lambda v: v[..., ::2]),
-    "detach": (lambda v: True, lambda v: v.detach()),
-    "fresh_mul": (lambda v: True, lambda v: v * 2),
-    "fresh_sin": (lambda v: True, lambda v: v.sin()),
-}
-# name -> in-place data mutation of a value
-INPLACE: dict[str, Callable[[torch.Tensor], Any]] = {
-    "add_": lambda v: v.add_(0.5),
-    "mul_": lambda v: v.mul_(1.5),
-    "zero_": lambda v: v.zero_(),
-    "clamp_": lambda v: v.clamp_(min=-0.5),
-    "sigmoid_": lambda v: v.sigmoid_(),
-}
-# name -> (applies?, in-place metadata mutation)
-METADATA: dict[str, tuple[Callable[[torch.Tensor], bool], Callable[[torch.Tensor], Any]]] = {
-    "t_": (lambda v: v.dim() == 2, lambda v: v.t_()),
-    "unsqueeze_": (lambda v: v.dim() < 4, lambda v: v.unsqueeze_(0)),
-    "transpose_": (lambda v: v.dim() >= 2, lambda v: v.transpose_(0, -1)),
+FEATURES: tuple[str, ...] = (
+    # inputs
+    "alias_inputs",
+    "alias_mixed",
+    "alias_groups",
+    "offset",
+    "strided",
+    "expanded",
+    "dtypes",
+    "grad_kinds",
+    # steps
+    "views",
+    "inplace",
+    "no_grad_write",
+    "metadata_inputs",
+    "write_kinds",
+    "out",
+    "data_detach",
+    "more_views",
+    "complex_views",
+    "metadata_views",
+    "metadata_after_view",
+    "metadata_data",
+    "as_strided_",
+    "resize_",
+    "set_",
+    "requires_grad_",
+    "grad_mode",
+    "autograd_function",
+)
+# What the first fuzzer drew.
+BASELINE = frozenset({"alias_inputs", "views", "inplace", "no_grad_write", "metadata_inputs"})
+ALL = frozenset(FEATURES)
+
+# Custom autograd.Functions a program may use; their source goes into the rendered program.
+FUNCTIONS: dict[str, str] = {
+    "Identity": '''
+class Identity(torch.autograd.Function):
+    """Returns its input as is."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+''',
+    "ViewOf": '''
+class ViewOf(torch.autograd.Function):
+    """Returns a view of its input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+''',
+    "Doubled": '''
+class Doubled(torch.autograd.Function):
+    """Doubles its input in place (mark_dirty)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+''',
+    "WithSign": '''
+class WithSign(torch.autograd.Function):
+    """Returns 3 * x and the non-differentiable sign of x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        sign = x.sign()
+        ctx.mark_non_differentiable(sign)
+        return x * 3, sign
+
+    @staticmethod
+    def backward(ctx, grad, grad_sign):
+        return grad * 3
+''',
 }
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "view", "inplace", "metadata", "no_grad_inplace"
-    op: str
-    target: int
+    """Source lines of ``f``'s body; ``defines`` the value names they bind."""
+
+    lines: tuple[str, ...]
+    defines: tuple[str, ...] = ()
+    feature: str = "views"
+    uses: tuple[str, ...] = ()  # custom autograd.Functions used
 
 
 @dataclass(frozen=True)
 class Program:
-    """``num_inputs`` inputs of ``shape``; ``grad`` says per input: 'leaf', 'non_leaf' or 'none'.
+    """``make_args`` runs ``setup`` then returns ``args`` (names bound by setup, repeated for duplicates)."""
 
-    ``layout`` says how the inputs share memory: 'independent'; 'duplicates' (the
-    second input is the first object again); 'overlapping' or 'disjoint' views of
-    one storage (whose grad is the first input's).
-    """
-
-    shape: tuple[int, ...]
-    grad: tuple[str, ...]
+    setup: tuple[str, ...]
+    args: tuple[str, ...]
     steps: tuple[Step, ...]
-    returns: tuple[int, ...]
-    layout: str = "independent"
+    returns: tuple[str, ...]
+    total: bool = True
+    input_features: frozenset[str] = field(default_factory=frozenset)
 
-    @staticmethod
-    def _tensor(shape: tuple[int, ...], grad: str, seed: int) -> torch.Tensor:
-        value = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        if grad == "leaf":
-            value.requires_grad_()
-        elif grad == "non_leaf":
-            value = value.requires_grad_() * 1
-        return value
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(f"a{i}" for i in range(len(self.args)))
 
-    def make_args(self) -> tuple[torch.Tensor, ...]:
-        count, numel = len(self.grad), math.prod(self.shape)
-        if self.layout in ("overlapping", "disjoint"):
-            step = numel // 2 + 1 if self.layout == "overlapping" else numel
-            storage = self._tensor((step * (count - 1) + numel,), self.grad[0], 0)
-            return tuple(storage[i * step : i * step + numel].view(self.shape) for i in range(count))
-        args = [self._tensor(self.shape, grad, i) for i, grad in enumerate(self.grad)]
-        if self.layout == "duplicates" and count > 1:
-            args[1] = args[0]
-        return tuple(args)
+    @property
+    def features(self) -> frozenset[str]:
+        return self.input_features | {step.feature for step in self.steps}
 
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        values = list(inputs)
+    def defined(self) -> tuple[str, ...]:
+        names = list(self.params)
         for step in self.steps:
-            value = values[step.target % len(values)]
-            if step.kind == "view":
-                applies, make = VIEWS[step.op]
-                if applies(value):
-                    values.append(make(value))
-            elif step.kind == "inplace":
-                INPLACE[step.op](value)
-            elif step.kind == "no_grad_inplace":
-                with torch.no_grad():
-                    INPLACE[step.op](value)
-            else:
-                applies, mutate = METADATA[step.op]
-                # Metadata mutations only on inputs with no view taken yet: autograd on fake tensors
-                # cannot regenerate an older view's grad_fn after its base changed geometry in place.
-                if applies(value) and len(values) == len(inputs):
-                    mutate(value)
-        returned = [values[index % len(values)] for index in self.returns]
-        return (*returned, sum(v.sum() for v in values))
+            names += [n for n in step.defines if n not in names]
+        return tuple(names)
+
+    def functions_used(self) -> list[str]:
+        return sorted({name for step in self.steps for name in step.uses})
+
+    def body(self) -> list[str]:
+        lines = [line for step in self.steps for line in step.lines]
+        values = list(self.returns)
+        if self.total:
+            values.append(f"sum(t.real.sum() for t in ({', '.join(self.defined())},))")
+        lines.append(f"return ({', '.join(values)}{',' if len(values) == 1 else ''})")
+        return lines
+
+    def program_source(self) -> str:
+        """``make_args`` and ``f`` (and the autograd.Functions used), no imports."""
+        parts = [FUNCTIONS[name].strip() + "\n\n\n" for name in self.functions_used()]
+        make_args = ["def make_args():", "    g = torch.Generator().manual_seed(0)"]
+        make_args += [f"    {line}" for line in self.setup]
+        make_args.append(f"    return ({', '.join(self.args)},)")
+        f = [f"def f({', '.join(self.params)}):"] + [f"    {line}" for line in self.body()]
+        return "".join(parts) + "\n".join(make_args) + "\n\n\n" + "\n".join(f) + "\n"
+
+    def source(self, mode: str = "training") -> str:
+        """A runnable script (from the repository root) that checks this program against eager."""
+        if mode == "training":
+            call = "check(f, make_args)"
+        else:
+            call = "with torch.no_grad():\n    check(f, make_args, backward=False)"
+        return f"import torch\n\nfrom tests.oracle import check\n\n\n{self.program_source()}\n\n{call}\n"
+
+    def compile(self) -> tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]:
+        """``(f, make_args)`` of this program."""
+        namespace: dict[str, Any] = {"torch": torch}
+        exec(compile(self.program_source(), "<fuzz program>", "exec"), namespace)
+        return namespace["f"], namespace["make_args"]
+
+    def size(self) -> tuple[int, int]:
+        return (sum(len(step.lines) for step in self.steps) + len(self.args) + len(self.returns), len(self.source()))
 
     def __repr__(self) -> str:
-        lines = [f"Program(shape={self.shape}, grad={self.grad}, layout={self.layout})"]
-        for step in self.steps:
-            lines.append(f"  {step.kind:15s} {step.op:12s} on v{step.target}")
-        lines.append(f"  return {list(self.returns)}")
-        return "\n".join(lines)
+        return self.program_source()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+DTYPES = {"float": "torch.float32", "int": "torch.int64", "complex": "torch.complex64"}
+SHAPES = [(3, 4), (2, 3, 4), (5,), (4, 1), (2, 2)]
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return ", ".join(map(str, shape))
+
+
+def _new(dtype: str, shape: tuple[int, ...]) -> str:
+    """A fresh deterministic tensor of ``shape``."""
+    if dtype == "int":
+        return f"torch.randint(-4, 5, {tuple(shape)}, generator=g)"
+    extra = ", dtype=torch.complex64" if dtype == "complex" else ""
+    return f"torch.randn({_dims(shape) or '()'}, generator=g{extra})"
+
+
+class _Inputs:
+    def __init__(self, rng: random.Random, features: frozenset[str]) -> None:
+        self.rng, self.features = rng, features
+        self.setup: list[str] = []
+        self.args: list[str] = []
+        self.used: set[str] = set()
+        self.count = 0
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    def _use(self, feature: str) -> bool:
+        self.used.add(feature)
+        return True
+
+    def dtype(self) -> str:
+        if self.has("dtypes") and self.rng.random() < 0.35 and self._use("dtypes"):
+            return self.rng.choice(["int", "complex"])
+        return "float"
+
+    def grad(self, dtype: str, kinds: list[str]) -> str:
+        if dtype == "int":
+            return "none"
+        return self.rng.choice(kinds)
+
+    def bind(self, expr: str) -> str:
+        name = f"i{self.count}"
+        self.count += 1
+        self.setup.append(f"{name} = {expr}")
+        return name
+
+    def storage(self, dtype: str, shape: tuple[int, ...], grad: str) -> str:
+        """A tensor to take inputs from; ``grad``: 'none', 'leaf' or 'non_leaf' (``leaf * 1``)."""
+        name = f"s{len([line for line in self.setup if line.startswith('s')])}"
+        if grad == "leaf":
+            self.setup.append(f"{name} = {_new(dtype, shape)}.requires_grad_()")
+        elif grad == "non_leaf":
+            leaf = "l" + name[1:]
+            self.setup.append(f"{leaf} = {_new(dtype, shape)}.requires_grad_()")
+            self.setup.append(f"{name} = {leaf} * 1")
+        else:
+            self.setup.append(f"{name} = {_new(dtype, shape)}")
+        return name
+
+    def single(self) -> None:
+        """One input with its own storage: plain, at an offset, strided, transposed or expanded."""
+        rng, dtype = self.rng, self.dtype()
+        layouts = ["plain", "plain"]
+        layouts += ["offset"] * self.has("offset") + ["strided", "transposed"] * self.has("strided")
+        layouts += ["expanded"] * self.has("expanded")
+        layout = rng.choice(layouts)
+        if layout != "plain":
+            self._use(layout if layout in ("offset", "expanded") else "strided")
+        kinds = ["none", "leaf", "non_leaf"] + ["leaf_geometry", "view_of_leaf"] * self.has("grad_kinds")
+        grad = self.grad(dtype, kinds)
+        if grad in ("leaf_geometry", "view_of_leaf"):
+            self._use("grad_kinds")
+        if layout == "plain":
+            shape = rng.choice(SHAPES)
+            view, storage_shape = "", shape
+        elif layout == "offset":
+            shape = rng.choice([(3, 4), (5,), (2, 2)])
+            numel, offset = (shape[0] * (shape[1] if len(shape) > 1 else 1)), rng.randint(1, 6)
+            storage_shape = (numel + offset + rng.randint(0, 3),)
+            view = f"[{offset}:{offset + numel}]" + (f".view({_dims(shape)})" if len(shape) > 1 else "")
+        elif layout == "strided":
+            rows = rng.randint(2, 3)
+            storage_shape, view = (rows, 8), rng.choice(["[:, ::2]", "[:, 1::3]", "[:, 2]"])
+        elif layout == "transposed":
+            storage_shape, view = (rng.randint(2, 4), 3), ".t()"
+        else:
+            storage_shape, view = rng.choice([((), ".expand(2)"), ((3, 1), ".expand(3, 4)"), ((1, 4), ".expand(2, 4)")])
+        if view == "":
+            if grad in ("leaf_geometry", "view_of_leaf"):
+                grad = "leaf"
+            expr = _new(dtype, storage_shape)
+            if grad == "leaf":
+                expr += ".requires_grad_()"
+            elif grad == "non_leaf":
+                leaf = self.storage(dtype, storage_shape, "leaf")
+                expr = f"{leaf} * 1"
+            self.args.append(self.bind(expr))
+            return
+        if grad == "leaf_geometry":  # a leaf requiring grad of this geometry
+            self.args.append(self.bind(f"{_new(dtype, storage_shape)}{view}.detach().requires_grad_()"))
+            return
+        storage = self.storage(dtype, storage_shape, {"view_of_leaf": "leaf", "leaf": "none"}.get(grad, grad))
+        expr = f"{storage}{view}"
+        if grad == "leaf":
+            expr += ".detach().requires_grad_()" if self.has("grad_kinds") else ""
+        self.args.append(self.bind(expr))
+
+    def view_of(self, storage: str, first: bool) -> str:
+        """A view of 1-D ``storage`` (24 elements) at a drawn offset."""
+        rng = self.rng
+        offset = rng.randint(1, 7) if (not first or self.has("offset")) else 0
+        if offset and first:
+            self._use("offset")
+        kinds = ["slice", "slice2d"] + ["step", "column", "every_other", "t"] * self.has("strided")
+        kinds += ["expand"] * self.has("expanded")
+        kind = rng.choice(kinds)
+        if kind in ("step", "column", "every_other", "t"):
+            self._use("strided")
+        n = rng.randint(3, 6)
+        if kind == "slice":
+            return f"{storage}[{offset}:{offset + n}]"
+        if kind == "slice2d":
+            return f"{storage}[{offset}:{offset + 6}].view(2, 3)"
+        if kind == "step":
+            return f"{storage}[{offset}:{offset + 2 * n}:2]"
+        if kind == "column":
+            return f"{storage}[{offset}:{offset + 12}].view(3, 4)[:, {rng.randint(0, 3)}]"
+        if kind == "every_other":
+            return f"{storage}[{offset}:{offset + 12}].view(3, 4)[:, ::2]"
+        if kind == "t":
+            return f"{storage}[{offset}:{offset + 12}].view(4, 3).t()"
+        self._use("expanded")
+        return f"{storage}[{offset}:{offset + 3}].expand(2, 3)"
+
+    def group(self) -> None:
+        """Two or three views of one storage."""
+        dtype = self.dtype()
+        grad = self.grad(dtype, ["none", "non_leaf", "leaf"])
+        if grad == "leaf":
+            self._use("grad_kinds")  # the inputs are views of a leaf
+        storage = self.storage(dtype, (24,), grad)
+        for i in range(self.rng.choice([2, 2, 3])):
+            self.args.append(self.bind(self.view_of(storage, i == 0)))
+
+    def one_storage(self) -> None:
+        """All inputs from one storage: the same tensor twice, or same-shape views at offsets 0, k, 2k."""
+        rng = self.rng
+        shape = rng.choice([(4, 6), (3, 4), (2, 3, 4), (5,)])
+        count, layout = rng.randint(2, 3), rng.choice(["duplicates", "overlapping", "disjoint"])
+        grad = rng.choice(["none", "leaf", "non_leaf"])
+        numel = 1
+        for size in shape:
+            numel *= size
+        if layout == "duplicates":
+            if grad == "non_leaf":
+                expr = f"{self.storage('float', shape, 'leaf')} * 1"
+            else:
+                expr = _new("float", shape) + (".requires_grad_()" if grad == "leaf" else "")
+            name = self.bind(expr)
+            self.args += [name] * count
+            return
+        step = numel // 2 + 1 if layout == "overlapping" else numel
+        storage = self.storage("float", (step * (count - 1) + numel,), grad)
+        view = f".view({_dims(shape)})" if len(shape) > 1 else ""
+        for i in range(count):
+            self.args.append(self.bind(f"{storage}[{i * step}:{i * step + numel}]{view}"))
+
+    def draw(self) -> tuple[list[str], list[str], frozenset[str]]:
+        rng = self.rng
+        if self.has("alias_groups") and rng.random() < 0.4:
+            self._use("alias_groups")
+            for _ in range(rng.randint(2, 3)):
+                self.group() if rng.random() < 0.8 else self.single()
+        elif self.has("alias_inputs") and rng.random() < 0.3:
+            self._use("alias_inputs")
+            self.one_storage()
+        else:
+            for _ in range(rng.randint(1, 3)):
+                if self.has("alias_mixed") and rng.random() < 0.3 and not self.args:
+                    self._use("alias_mixed")
+                    self.group()
+                else:
+                    self.single()
+        if self.has("alias_mixed") and rng.random() < 0.2 and len(self.args) < 4:
+            self._use("alias_mixed")
+            self.args.insert(rng.randint(0, len(self.args)), rng.choice(self.args))  # a duplicate
+        return self.setup, self.args, frozenset(self.used)
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+Pred = Callable[[torch.Tensor], bool]
+
+
+def _float(v: torch.Tensor) -> bool:
+    return v.is_floating_point()
+
+
+def _inexact(v: torch.Tensor) -> bool:
+    return v.is_floating_point() or v.is_complex()
+
+
+def _storage_numel(v: torch.Tensor) -> int:
+    return v.untyped_storage().nbytes() // v.element_size()
+
+
+def _literal(v: torch.Tensor) -> str:
+    return {torch.float32: "2.0", torch.int64: "2", torch.complex64: "2j"}.get(v.dtype, "2")
+
+
+def _dtype(v: torch.Tensor) -> str:
+    return str(v.dtype)
+
+
+class _Drawer:
+    """Draws one step at a time over the live values of the simulation."""
+
+    def __init__(self, rng: random.Random, features: frozenset[str], params: tuple[str, ...]) -> None:
+        self.rng, self.features, self.params = rng, features, params
+        self.fresh = 0
+
+    def name(self) -> str:
+        self.fresh += 1
+        return f"v{self.fresh - 1}"
+
+    def pick(self, values: dict[str, torch.Tensor], pred: Pred = lambda v: True) -> str | None:
+        names = [n for n, v in values.items() if pred(v)]
+        if not names:
+            return None
+        inputs = [n for n in names if n in self.params]
+        if inputs and self.rng.random() < 0.4:
+            return self.rng.choice(inputs)
+        recent = names[-3:]
+        return self.rng.choice(recent if self.rng.random() < 0.5 else names)
+
+    def as_strided_args(self, v: torch.Tensor) -> str:
+        """``size, stride, offset`` within ``v``'s storage (offset absolute)."""
+        rng, numel = self.rng, _storage_numel(v)
+        if numel == 0:
+            return "(0,), (1,), 0"
+        if rng.random() < 0.3 and numel >= 4:
+            rows, stride = 2, rng.choice([1, 2])
+            cols = rng.randint(1, max(1, min(3, (numel - 1) // (2 * stride) + 1)))
+            span = (rows - 1) * cols * stride + (cols - 1) * stride
+            offset = rng.randint(0, max(0, numel - 1 - span))
+            return f"({rows}, {cols}), ({cols * stride}, {stride}), {offset}"
+        stride = rng.choice([1, 1, 2, 0])
+        size = rng.randint(1, max(1, min(4, numel if stride == 0 else (numel - 1) // max(stride, 1) + 1)))
+        offset = rng.randint(0, max(0, numel - 1 - (size - 1) * stride))
+        return f"({size},), ({stride},), {offset}"
+
+    @staticmethod
+    def resize_sizes(v: torch.Tensor) -> list[int]:
+        """Sizes to ``resize_`` to: shrinking, or growing within the storage (a reallocation's
+        new elements are uninitialized, so eager's own result would not be deterministic)."""
+        room = _storage_numel(v) - v.storage_offset()
+        return [size for size in (1, max(v.numel() - 1, 0), v.numel(), v.numel() + 2) if size <= room] or [0]
+
+    # Each returns a Step or None (does not apply).
+
+    def view(self, values: dict[str, torch.Tensor]) -> Step | None:
+        rng = self.rng
+        ops: list[tuple[str, Pred, Callable[[torch.Tensor], str]]] = [
+            ("views", lambda v: v.dim() == 2, lambda v: "{x}.t()"),
+            ("views", lambda v: v.dim() >= 2, lambda v: "{x}.transpose(0, -1)"),
+            ("views", lambda v: v.dim() >= 1 and v.shape[0] > 1, lambda v: "{x}[1:]"),
+            ("views", lambda v: v.dim() >= 1 and v.shape[-1] > 1, lambda v: f"{{x}}.narrow(-1, 1, {v.shape[-1] - 1})"),
+            ("views", lambda v: v.dim() >= 1 and v.shape[0] > 0, lambda v: "{x}.select(0, 0)"),
+            ("views", lambda v: v.dim() < 4, lambda v: "{x}.unsqueeze(0)"),
+            ("views", lambda v: v.is_contiguous() or rng.random() < 0.1, lambda v: "{x}.view(-1)"),
+            ("views", lambda v: v.dim() >= 2, lambda v: "{x}.diagonal()"),
+            ("views", lambda v: v.dim() >= 1 and v.shape[-1] > 1, lambda v: "{x}[..., ::2]"),
+            ("views", lambda v: True, lambda v: "{x}.detach()"),
+            ("views", lambda v: True, lambda v: "{x} * 2"),
+            ("views", _inexact, lambda v: "{x}.sin()"),
+            ("views", lambda v: True, lambda v: "{x}.clone()"),
+            ("views", lambda v: v.dim() >= 1, lambda v: "{x}.flip(0)"),
+            ("data_detach", lambda v: True, lambda v: "{x}.data"),
+            (
+                "more_views",
+                lambda v: v.dim() < 3,
+                lambda v: f"{{x}}.expand(2, {_dims(tuple(v.shape))})".replace(", )", ")"),
+            ),
+            (
+                "more_views",
+                lambda v: v.dim() >= 1 and v.shape[0] >= 2,
+                lambda v: "{x}.unfold(0, 2, " + str(rng.randint(1, 2)) + ")",
+            ),
+            ("more_views", lambda v: True, lambda v: f"{{x}}.as_strided({self.as_strided_args(v)})"),
+            ("complex_views", lambda v: v.is_complex(), lambda v: "torch.view_as_real({x})"),
+            ("complex_views", lambda v: v.is_complex(), lambda v: "{x}.real"),
+            ("complex_views", lambda v: v.is_complex(), lambda v: "{x}.imag"),
+            (
+                "complex_views",
+                lambda v: _float(v) and v.dim() >= 1 and v.shape[-1] == 2,
+                lambda v: "torch.view_as_complex({x})",
+            ),
+            (
+                "complex_views",
+                lambda v: _float(v) and v.dim() >= 1 and v.shape[-1] % 2 == 0,
+                lambda v: f"torch.view_as_complex({{x}}.unflatten(-1, ({v.shape[-1] // 2}, 2)))",
+            ),
+        ]
+        ops = [op for op in ops if op[0] in self.features]
+        for _ in range(6):
+            feature, applies, make = rng.choice(ops)
+            x = self.pick(values, applies)
+            if x is None:
+                continue
+            out = self.name()
+            return Step((f"{out} = {make(values[x]).format(x=x)}",), (out,), feature)
+        return None
+
+    def write(self, values: dict[str, torch.Tensor]) -> Step | None:
+        """A data write, maybe under no_grad or through ``.data``/``detach()``."""
+        rng = self.rng
+        ops: list[tuple[str, Pred, Callable[[torch.Tensor, str], str]]] = [
+            ("inplace", lambda v: True, lambda v, y: "{x}.add_(1)"),
+            ("inplace", lambda v: True, lambda v, y: "{x}.mul_(2)"),
+            ("inplace", lambda v: True, lambda v, y: "{x}.neg_()"),
+            ("inplace", lambda v: True, lambda v, y: "{x}.zero_()"),
+            ("inplace", lambda v: not v.is_complex(), lambda v, y: "{x}.clamp_(min=-0.5)"),
+            ("inplace", _inexact, lambda v, y: "{x}.sigmoid_()"),
+            ("write_kinds", lambda v: True, lambda v, y: f"{{x}}.fill_({_literal(v)})"),
+            ("write_kinds", lambda v: True, lambda v, y: f"{{x}}.copy_({y})"),
+            ("write_kinds", lambda v: True, lambda v, y: f"{{x}}.mul_({y})"),
+            (
+                "write_kinds",
+                lambda v: v.dim() >= 1 and v.shape[0] > 0,
+                lambda v, y: f"{{x}}.index_put_((torch.tensor([0]),), torch.tensor({_literal(v)}, dtype={_dtype(v)}))",
+            ),
+            ("write_kinds", lambda v: v.dim() >= 1, lambda v, y: "{x}.index_put_((torch.tensor([0]),), {x})"),
+            (
+                "write_kinds",
+                lambda v: v.dim() >= 1 and v.shape[-1] > 0,
+                lambda v, y: f"{{x}}.index_fill_(-1, torch.tensor([0]), {_literal(v)})",
+            ),
+            ("out", lambda v: True, lambda v, y: f"torch.neg({y}, out={{x}})"),
+            ("out", lambda v: True, lambda v, y: f"torch.add({y}, 1, out={{x}})"),
+            ("out", lambda v: True, lambda v, y: "torch.mul({x}, 2, out={x})"),
+        ]
+        ops = [op for op in ops if op[0] in self.features]
+        feature, applies, make = rng.choice(ops)
+        x = self.pick(values, applies)
+        if x is None:
+            return None
+        same = [n for n, v in values.items() if v.dtype == values[x].dtype and n != x]
+        y = rng.choice(same) if same else x
+        target, step_feature = x, feature
+        wraps = ["plain", "plain"] + ["no_grad"] * ("no_grad_write" in self.features)
+        wraps += [".data", ".detach()"] * ("data_detach" in self.features)
+        wrap = rng.choice(wraps)
+        if wrap in (".data", ".detach()"):
+            target, step_feature = f"{x}{wrap}", "data_detach"
+        line = make(values[x], y).replace("{x}", target)
+        if wrap == "no_grad":
+            return Step(
+                ("with torch.no_grad():", f"    {line}"), (), "no_grad_write" if feature == "inplace" else feature
+            )
+        return Step((line,), (), step_feature if feature == "inplace" else feature)
+
+    def has_other_views(self, values: dict[str, torch.Tensor], x: str) -> bool:
+        """Whether a non-input value other than ``x`` shares ``x``'s storage."""
+        ptr = values[x].untyped_storage().data_ptr()
+        return any(
+            n != x and n not in self.params and v.untyped_storage().data_ptr() == ptr and ptr != 0
+            for n, v in values.items()
+        )
+
+    def metadata(self, values: dict[str, torch.Tensor]) -> Step | None:
+        rng = self.rng
+        ops: list[tuple[str, Pred, Callable[[torch.Tensor], str]]] = [
+            ("metadata_inputs", lambda v: v.dim() <= 2, lambda v: "{x}.t_()"),
+            ("metadata_inputs", lambda v: v.dim() >= 2, lambda v: "{x}.transpose_(0, -1)"),
+            ("metadata_inputs", lambda v: v.dim() < 4, lambda v: "{x}.unsqueeze_(0)"),
+            ("metadata_inputs", lambda v: True, lambda v: "{x}.squeeze_()"),
+            ("as_strided_", lambda v: True, lambda v: f"{{x}}.as_strided_({self.as_strided_args(v)})"),
+            (
+                "resize_",
+                lambda v: True,
+                lambda v: f"{{x}}.resize_({rng.choice(self.resize_sizes(v))})",
+            ),
+        ]
+        ops = [op for op in ops if op[0] in self.features]
+        if not ops:
+            return None
+        feature, applies, make = rng.choice(ops)
+        anywhere = "metadata_views" in self.features
+        after_view = "metadata_after_view" in self.features
+        x = self.pick(values, applies)
+        if x is None:
+            return None
+        if x not in self.params and not anywhere:
+            return None
+        viewed = self.has_other_views(values, x)
+        if viewed and not after_view:
+            return None
+        wraps = ["plain"] * 4 + [".data", ".detach()"] * ("metadata_data" in self.features)
+        wrap = rng.choice(wraps)
+        target = f"{x}{wrap}" if wrap != "plain" else x
+        line = make(values[x]).format(x=target)
+        if wrap != "plain":
+            feature = "metadata_data"
+        elif viewed:
+            feature = "metadata_after_view"
+        elif x not in self.params and feature == "metadata_inputs":
+            feature = "metadata_views"
+        return Step((line,), (), feature)
+
+    def set_(self, values: dict[str, torch.Tensor]) -> Step | None:
+        x = self.pick(values)
+        if x is None:
+            return None
+        same = [n for n, v in values.items() if v.dtype == values[x].dtype and n != x]
+        if not same:
+            return None
+        y = self.rng.choice(same)
+        source = self.rng.choice([y, f"{y}.detach()", f"{y}.clone()"])
+        return Step(("with torch.no_grad():", f"    {x}.set_({source})"), (), "set_")
+
+    def requires_grad_(self, values: dict[str, torch.Tensor]) -> Step | None:
+        x = self.pick(values, _inexact)
+        if x is None:
+            return None
+        return Step((f"{x}.requires_grad_()",), (), "requires_grad_")
+
+    def function(self, values: dict[str, torch.Tensor]) -> Step | None:
+        name = self.rng.choice(sorted(FUNCTIONS))
+        x = self.pick(values, _inexact)
+        if x is None:
+            return None
+        if name == "WithSign":
+            out, sign = self.name(), self.name()
+            return Step((f"{out}, {sign} = WithSign.apply({x})",), (out, sign), "autograd_function", (name,))
+        out = self.name()
+        return Step((f"{out} = {name}.apply({x})",), (out,), "autograd_function", (name,))
+
+    def simple(self, values: dict[str, torch.Tensor]) -> Step | None:
+        """One step of any enabled kind except a grad-mode region."""
+        kinds: list[tuple[Callable[[dict[str, torch.Tensor]], Step | None], float]] = [
+            (self.view, 4.0),
+            (self.write, 4.0),
+        ]
+        if self.features & {"metadata_inputs", "as_strided_", "resize_"}:
+            kinds.append((self.metadata, 3.0))
+        if "set_" in self.features:
+            kinds.append((self.set_, 0.4))
+        if "requires_grad_" in self.features:
+            kinds.append((self.requires_grad_, 0.4))
+        if "autograd_function" in self.features:
+            kinds.append((self.function, 0.8))
+        total = sum(weight for _, weight in kinds)
+        pick = self.rng.random() * total
+        for kind, weight in kinds:
+            pick -= weight
+            if pick < 0:
+                return kind(values)
+        return kinds[-1][0](values)
+
+
+class _Simulation:
+    """Runs a program's steps eagerly while it is drawn (grad mode on, as in training)."""
+
+    def __init__(self, setup: list[str], args: list[str]) -> None:
+        self.setup, self.args = setup, args
+        self.reset([])
+
+    def reset(self, steps: list[Step]) -> None:
+        namespace: dict[str, Any] = {"torch": torch}
+        exec("g = torch.Generator().manual_seed(0)\n" + "\n".join(self.setup), namespace)
+        self.namespace = {"torch": torch}
+        self.values: dict[str, torch.Tensor] = {}
+        for i, arg in enumerate(self.args):
+            self.namespace[f"a{i}"] = namespace[arg]
+            self.values[f"a{i}"] = namespace[arg]
+        for source in FUNCTIONS.values():
+            exec(source, self.namespace)
+        for step in steps:
+            assert self.run(step) is None
+
+    def run(self, step: Step) -> BaseException | None:
+        try:
+            with warnings.catch_warnings(), torch.enable_grad():
+                warnings.simplefilter("ignore")
+                exec("\n".join(step.lines), self.namespace)
+        except Exception as error:
+            return error
+        for name in step.defines:
+            self.values[name] = self.namespace[name]
+        return None
+
+
+def draw_program(rng: random.Random, features: frozenset[str] = ALL, max_steps: int = 7) -> Program:
+    """A program drawing only the given features (see the module docstring)."""
+    setup, args, input_features = _Inputs(rng, features).draw()
+    params = tuple(f"a{i}" for i in range(len(args)))
+    simulation = _Simulation(setup, args)
+    drawer = _Drawer(rng, features, params)
+    steps: list[Step] = []
+    wanted = rng.randint(1, max_steps)
+    for _ in range(4 * wanted):
+        if len(steps) >= wanted:
+            break
+        if "grad_mode" in features and rng.random() < 0.12:
+            inner = [drawer.simple(simulation.values)]
+            header = rng.choice(
+                ["with torch.no_grad():", "with torch.enable_grad():", "with torch.set_grad_enabled(False):"]
+            )
+            if inner[0] is None:
+                continue
+            step: Step | None = Step(
+                (header, *(f"    {line}" for line in inner[0].lines)), inner[0].defines, "grad_mode", inner[0].uses
+            )
+        else:
+            step = drawer.simple(simulation.values)
+        if step is None:
+            continue
+        error = simulation.run(step)
+        if error is None:
+            steps.append(step)
+            continue
+        if rng.random() < 0.15:  # eager rejects this step: the program ends with it
+            steps.append(step)
+            break
+        simulation.reset(steps)
+    names = list(params) + [n for step in steps for n in step.defines]
+    returns = tuple(rng.sample(names, k=min(len(names), rng.randint(0, 3))))
+    return Program(tuple(setup), tuple(args), tuple(steps), returns, True, input_features)
 
 
 @contextlib.contextmanager
@@ -135,21 +803,6 @@ def refused_clearly(counts: dict[str, int] | None = None) -> Iterator[None]:
         reject()
 
 
-def _steps() -> st.SearchStrategy[Step]:
-    return st.one_of(
-        st.builds(Step, st.just("view"), st.sampled_from(sorted(VIEWS)), st.integers(0, 20)),
-        st.builds(Step, st.just("inplace"), st.sampled_from(sorted(INPLACE)), st.integers(0, 20)),
-        st.builds(Step, st.just("no_grad_inplace"), st.sampled_from(sorted(INPLACE)), st.integers(0, 20)),
-        st.builds(Step, st.just("metadata"), st.sampled_from(sorted(METADATA)), st.integers(0, 20)),
-    )
-
-
-@st.composite
-def programs(draw: Any) -> Program:
-    num_inputs = draw(st.integers(1, 3))
-    shape = draw(st.sampled_from([(4, 6), (3, 4), (2, 3, 4), (5,)]))
-    grad = tuple(draw(st.sampled_from(["none", "non_leaf", "leaf"])) for _ in range(num_inputs))
-    steps = tuple(draw(st.lists(_steps(), min_size=1, max_size=8)))
-    returns = tuple(draw(st.lists(st.integers(0, 20), min_size=0, max_size=3)))
-    layout = draw(st.sampled_from(["independent", "duplicates", "overlapping", "disjoint"]))
-    return Program(shape, grad, steps, returns, layout)
+def programs(features: frozenset[str] = ALL) -> st.SearchStrategy[Program]:
+    """Hypothesis strategy: ``draw_program`` fed by hypothesis' (shrinkable) random choices."""
+    return st.randoms(use_true_random=False).map(lambda rng: draw_program(rng, features))

@@ -140,6 +140,7 @@ def check(
     rtol: float = RTOL,
     atol: float = ATOL,
     calls: int = 2,
+    deep: bool = False,
 ) -> Any:
     """Run ``fn`` eagerly and compiled on equal inputs; assert they agree on everything observable.
 
@@ -147,6 +148,8 @@ def check(
         make_args: a tuple of arguments (cloned per run) or a factory making fresh ones.
         compiled_fn: the compiled function to test (default: ``aot_function(fn, compiler)``).
         calls: how many times to run the compiled function (the second call reuses the entry).
+        deep: also compare the whole storage of every input after the call (writes outside
+            the input's own view, e.g. through ``as_strided`` with an absolute offset).
 
     Returns the compiled function, for further inspection.
     """
@@ -154,8 +157,17 @@ def check(
     factory = make_args if callable(make_args) else (lambda: clone_args(make_args))
     compiled = compiled_fn or aot.aot_function(fn, compiler)
     for _ in range(calls):
-        _check_once(fn, compiled, factory, kwargs, backward, rtol, atol)
+        _check_once(fn, compiled, factory, kwargs, backward, rtol, atol, deep)
     return compiled
+
+
+def _whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """A flat tensor over all of ``t``'s storage, in ``t``'s dtype."""
+    storage = t.untyped_storage()
+    with torch.no_grad():
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+            storage, 0, (storage.nbytes() // t.element_size(),), (1,)
+        )
 
 
 def _run(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> tuple[Any, BaseException | None]:
@@ -173,6 +185,7 @@ def _check_once(
     backward: bool,
     rtol: float,
     atol: float,
+    deep: bool = False,
 ) -> None:
     eager_args, compiled_args = factory(), factory()
     eager_inputs, compiled_inputs = _tensor_leaves(eager_args), _tensor_leaves(compiled_args)
@@ -212,6 +225,10 @@ def _check_once(
     for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
         _compare_values(f"input {i} after the call", c, e, rtol, atol)
         assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset(), f"input {i} metadata"
+        if deep:
+            c_storage, e_storage = _whole_storage(c), _whole_storage(e)
+            assert c_storage.shape == e_storage.shape, f"storage of input {i} after the call: size"
+            _compare_values(f"storage of input {i} after the call", c_storage, e_storage, rtol, atol)
     compiled_bumps = [_version(t) - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
     eager_bumps = [_version(t) - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
     assert compiled_bumps == eager_bumps, f"version counter bumps {compiled_bumps} != eager {eager_bumps}"

@@ -1,33 +1,99 @@
-"""Hypothesis fuzzing: random programs of views, in-place ops and returns, compiled vs eager.
+"""Hypothesis fuzzing: random programs of views, writes and metadata mutations, compiled vs eager.
 
-CI runs a bounded number of examples; ``benchmarks/fuzz_mutation.py`` runs thousands.
+CI runs a bounded number of examples (``AOTFX_FUZZ_EXAMPLES``, default 60 per test);
+``benchmarks/fuzz_mutation.py`` runs thousands, collects every failing program and
+classifies them. ``tests/fuzz_programs.py`` lists what is drawn, by feature.
+
+Two kinds of test here:
+
+- the gating tests draw only ``GATING`` features, which aotfx handles today: they must pass;
+- the ``PENDING`` tests draw every feature, including the classes issues 10 and 11 report
+  aotfx still gets wrong. They are ``xfail(strict=False)`` until those are fixed; a
+  feature leaves ``PENDING`` (and joins the gating tests) once
+  ``python benchmarks/fuzz_mutation.py --features <gating>,<feature>`` finds no difference.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
+import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.fuzz_programs import Program, programs, refused_clearly
+from tests.fuzz_programs import ALL, Program, programs, refused_clearly
 from tests.oracle import check
 
 EXAMPLES = int(os.environ.get("AOTFX_FUZZ_EXAMPLES", "60"))
 FUZZ_SETTINGS = settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None
 )
+# The pending tests fail on their first example today: no shrinking, so they cost little.
+PENDING_SETTINGS = settings(FUZZ_SETTINGS, phases=[Phase.explicit, Phase.generate])
+
+# Features (see tests/fuzz_programs.py) whose programs still differ from eager (issues 10, 11).
+PENDING = frozenset(
+    {
+        "alias_mixed",
+        "alias_groups",
+        "offset",
+        "strided",
+        "expanded",
+        "write_kinds",
+        "out",
+        "data_detach",
+        "more_views",
+        "complex_views",
+        "metadata_views",
+        "metadata_after_view",
+        "metadata_data",
+        "as_strided_",
+        "resize_",
+        "set_",
+        "requires_grad_",
+        "grad_mode",
+        "autograd_function",
+    }
+)
+GATING = ALL - PENDING
+
+
+def _check(program: Program, training: bool) -> None:
+    f, make_args = program.compile()
+    with refused_clearly(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if training:
+            check(f, make_args, deep=True)
+        else:
+            with torch.no_grad():
+                check(f, make_args, backward=False, deep=True)
 
 
 @FUZZ_SETTINGS
-@given(programs())
+@given(programs(GATING))
 def test_random_program_training(program: Program) -> None:
-    with refused_clearly():
-        check(program, program.make_args)
+    _check(program, training=True)
 
 
 @FUZZ_SETTINGS
-@given(programs())
+@given(programs(GATING))
 def test_random_program_inference(program: Program) -> None:
-    with refused_clearly(), torch.no_grad():
-        check(program, program.make_args, backward=False)
+    _check(program, training=False)
+
+
+PENDING_REASON = "issues 10/11: programs drawing the PENDING features still differ from eager"
+
+
+@pytest.mark.xfail(strict=False, reason=PENDING_REASON)
+@PENDING_SETTINGS
+@given(programs(ALL))
+def test_random_program_all_features_training(program: Program) -> None:
+    _check(program, training=True)
+
+
+@pytest.mark.xfail(strict=False, reason=PENDING_REASON)
+@PENDING_SETTINGS
+@given(programs(ALL))
+def test_random_program_all_features_inference(program: Program) -> None:
+    _check(program, training=False)
