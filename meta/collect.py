@@ -369,6 +369,7 @@ def collect_meta(
     fakes = fake_inputs(fake_mode, flat_args)
     initial_geometry = [_geometry(fake) for fake in fakes]
     initial_versions = [fake._version for fake in fakes]
+    initially_requiring_grad = [fake.requires_grad for fake in fakes]
     recorder = ViewRecorder(alias_sources=fakes)
     with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews() as fresh_views:
         outs = list(flat_fn(*fakes))
@@ -405,9 +406,10 @@ def collect_meta(
             storage_key(fake) in absolute,
             recorder.reach.get(storage_key(fake), 0),
             fake._version - version,
+            fake.requires_grad and not requires_grad,
         )
-        for name, real, fake, geometry, version in zip(
-            names, flat_args, fakes, initial_geometry, initial_versions, strict=True
+        for name, real, fake, geometry, version, requires_grad in zip(
+            names, flat_args, fakes, initial_geometry, initial_versions, initially_requiring_grad, strict=True
         )
     )
 
@@ -546,6 +548,7 @@ def _input_info(
     offset_sensitive: bool,
     storage_reach: int,
     version_bumps: int,
+    sets_requires_grad: bool,
 ) -> InputAliasInfo:
     data_writes = [w for w in writes if not w.metadata_only and w.hits(fake)]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
@@ -570,4 +573,6 @@ def _input_info(
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
+        metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
+        sets_requires_grad=sets_requires_grad and not data_writes,
     )

@@ -144,6 +144,10 @@ class InputAliasInfo:
     offset_sensitive: bool = False
     # One past the last byte of the input's storage anything in the program touched.
     storage_reach: int = 0
+    # Every metadata mutation ran under no_grad (autograd records none of them).
+    metadata_mutations_under_no_grad: bool = False
+    # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
+    sets_requires_grad: bool = False
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:
@@ -162,7 +166,7 @@ class InputAliasInfo:
 
     @property
     def mutates(self) -> bool:
-        return self.mutates_data or self.mutates_metadata
+        return self.mutates_data or self.mutates_metadata or self.sets_requires_grad
 
 
 @dataclass(frozen=True)

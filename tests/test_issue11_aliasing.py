@@ -142,7 +142,20 @@ def _set_intermediate_onto_view(x):
     return z * 1, y
 
 
+def _requires_grad_on_input(a):
+    a.requires_grad_()
+    return a, a * 2
+
+
+def _unsqueeze_leaf_under_no_grad(a):
+    with torch.no_grad():
+        a.unsqueeze_(0)
+    return a * 1
+
+
 PROGRAMS = {
+    "requires_grad_on_input": (_requires_grad_on_input, lambda: ((_leaf(2, 8) * 1)[:, 2].detach(),)),
+    "metadata_mutation_of_leaf_under_no_grad": (_unsqueeze_leaf_under_no_grad, lambda: (_leaf(3, 4),)),
     "metadata_mutation_beside_synthetic_base": (_meta_beside_base, _meta_beside_base_args(False)),
     "metadata_mutation_beside_synthetic_base_grad": (_meta_beside_base, _meta_beside_base_args(True)),
     "function_returning_its_input": (lambda x: Identity.apply(x), lambda: (_leaf(3),)),

@@ -35,6 +35,8 @@ class MetadataMutation:
     def __init__(self) -> None:
         self._meta: ViewAndMutationMeta | None = None
         self._mutated: tuple[UserArg, ...] = ()
+        # Inputs the function called requires_grad_() on: the caller's tensors require grad after the call.
+        self._requires_grad_set: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
@@ -42,6 +44,9 @@ class MetadataMutation:
         self._meta = meta
         mutated = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_metadata)
         self._mutated = mutated
+        self._requires_grad_set = tuple(
+            UserArg(i) for i, info in enumerate(meta.input_info) if info.sets_requires_grad
+        )
         if not mutated:
             return outer
         split = OutputSplit.of(
@@ -69,6 +74,9 @@ class MetadataMutation:
     def post_compile(self, inner: Runtime) -> Runtime:
         meta, mutated, split = self._meta, self._mutated, self._split
         assert meta is not None, "post_compile before pre_compile"
+        requires_grad_set = self._requires_grad_set
+        if requires_grad_set:
+            inner = _setting_requires_grad(inner, requires_grad_set)
         if not mutated:
             return inner
         assert split is not None
@@ -81,8 +89,10 @@ class MetadataMutation:
             for target, (_, info) in zip(targets, final, strict=True):
                 assert info.final_metadata is not None
                 size, stride, relative_offset = info.final_metadata
-                # Under the caller's grad mode: eager's t_() on a tensor with history is recorded too.
-                target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+                # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
+                # it is not, and a leaf requiring grad may change its geometry there.
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
+                    target.as_strided_(size, stride, target.storage_offset() + relative_offset)
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
@@ -92,3 +102,14 @@ class MetadataMutation:
             return split.assemble(meta, inner_outs, the_input)
 
         return run
+
+
+def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+    def run(args: list[torch.Tensor]) -> list[Any]:
+        outs = inner(args)
+        for arg_idx in inputs:
+            if not args[arg_idx].requires_grad:
+                args[arg_idx].requires_grad_()
+        return outs
+
+    return run
