@@ -360,7 +360,9 @@ class _Functionalizer:
             elif target is operator.getitem and node.args[0] in self.items:
                 self.mutation_item(node)
             elif isinstance(target, OpOverload) and written_positions(target, node.args):
-                if torch.Tag.inplace_view in target.tags:
+                if target is aten.set_.source_Tensor:
+                    self.set_storage(node)
+                elif torch.Tag.inplace_view in target.tags:
                     self.metadata_mutation(node, target)
                 else:
                     self.mutation(node, target)
@@ -385,6 +387,20 @@ class _Functionalizer:
             self.add_view(node, _Step(parent, node.target, tuple(node.args[1:]), dict(node.kwargs)))
         # First taken under its own name and meta; replays after a write get fresh nodes.
         self.replayed[node] = (self.version[self.root[node]], self.graph.node_copy(node, self.read))
+
+    def set_storage(self, node: fx.Node) -> None:
+        """``t.set_(source)``: from here on ``t`` is ``source`` (its memory and geometry)."""
+        target = self.resolve(cast(fx.Node, node.args[0]))
+        tensor = target
+        while tensor in self.steps and self.steps[tensor].op is None:
+            tensor = self.steps[tensor].parent
+        if tensor.op == "placeholder":
+            raise NotImplementedError(
+                f"functionalize: {_where(node)} gives graph input {tensor.name} another storage; "
+                "the MetadataMutation layer must remove it first"
+            )
+        self.add_view(node, _Step(self.resolve(cast(fx.Node, node.args[1])), None))
+        self.renamed[target] = node
 
     def metadata_mutation(self, node: fx.Node, op: OpOverload) -> None:
         target = self.resolve(cast(fx.Node, node.args[0]))

@@ -370,6 +370,7 @@ def collect_meta(
     initial_geometry = [_geometry(fake) for fake in fakes]
     initial_versions = [fake._version for fake in fakes]
     initially_requiring_grad = [fake.requires_grad for fake in fakes]
+    initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
     recorder = ViewRecorder(alias_sources=fakes)
     with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews() as fresh_views:
         outs = list(flat_fn(*fakes))
@@ -384,7 +385,8 @@ def collect_meta(
     input_storage: dict[int, UserArg] = {}
     for i, fake in enumerate(fakes):
         input_position.setdefault(id(fake), UserArg(i))
-        input_storage.setdefault(storage_key(fake), UserArg(i))
+        # Its own memory: a storage set_() gave it later is not the caller's input.
+        input_storage.setdefault(initial_storages[i][0], UserArg(i))
 
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
@@ -395,6 +397,9 @@ def collect_meta(
             if not recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]:
                 absolute.add(storage_key(out))  # rebuilt by strides, at an absolute offset
 
+    storage_set_to = [
+        _new_storage(fake, key, initial_storages, outs) for fake, (key, _) in zip(fakes, initial_storages, strict=True)
+    ]
     input_info = tuple(
         _input_info(
             name,
@@ -407,9 +412,19 @@ def collect_meta(
             recorder.reach.get(storage_key(fake), 0),
             fake._version - version,
             fake.requires_grad and not requires_grad,
+            initial_storage,
+            set_to,
         )
-        for name, real, fake, geometry, version, requires_grad in zip(
-            names, flat_args, fakes, initial_geometry, initial_versions, initially_requiring_grad, strict=True
+        for name, real, fake, geometry, version, requires_grad, initial_storage, set_to in zip(
+            names,
+            flat_args,
+            fakes,
+            initial_geometry,
+            initial_versions,
+            initially_requiring_grad,
+            initial_storages,
+            storage_set_to,
+            strict=True,
         )
     )
 
@@ -549,11 +564,17 @@ def _input_info(
     storage_reach: int,
     version_bumps: int,
     sets_requires_grad: bool,
+    initial_storage: tuple[int, tuple[int, int]],
+    storage_set_to: tuple[str, int] | None,
 ) -> InputAliasInfo:
-    data_writes = [w for w in writes if not w.metadata_only and w.hits(fake)]
+    # Writes into the input's own memory (not into a storage set_() gave it later).
+    key, interval = initial_storage
+    data_writes = [w for w in writes if not w.metadata_only and w.storage == key and intersect(w.extent, interval)]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
-    if metadata_writes:
+    if storage_set_to is not None:
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()))
+    elif metadata_writes:
         # Relative to the input's own offset: a later call may pass it at another offset.
         final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_geometry[2])
     return InputAliasInfo(
@@ -575,4 +596,25 @@ def _input_info(
         storage_reach=storage_reach,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
         sets_requires_grad=sets_requires_grad and not data_writes,
+        storage_set_to=storage_set_to,
     )
+
+
+def _new_storage(
+    fake: torch.Tensor,
+    initial_key: int,
+    initial_storages: Sequence[tuple[int, tuple[int, int]]],
+    outs: Sequence[torch.Tensor],
+) -> tuple[str, int] | None:
+    """Where ``set_()`` moved an input: another input's storage, an output's, or one made inside."""
+    key = storage_key(fake)
+    if key == initial_key:
+        return None
+    for j, (other_key, _) in enumerate(initial_storages):
+        if other_key == key:
+            return ("input", j)
+    for k, out in enumerate(outs):
+        # Not the input itself (it is returned as is, wherever its storage went).
+        if isinstance(out, torch.Tensor) and out is not fake and storage_key(out) == key:
+            return ("output", k)
+    return ("fresh", -1)

@@ -148,6 +148,10 @@ class InputAliasInfo:
     metadata_mutations_under_no_grad: bool = False
     # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
     sets_requires_grad: bool = False
+    # ``set_()`` gave the input another storage: ("input", j) that of input j, ("output", k) that of
+    # output k, ("fresh", -1) one the function made (its final value is returned by the graph);
+    # ``final_metadata`` then holds the absolute offset in that storage.
+    storage_set_to: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:

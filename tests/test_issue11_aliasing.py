@@ -153,7 +153,50 @@ def _unsqueeze_leaf_under_no_grad(a):
     return a * 1
 
 
+def _set_onto_self(a):
+    with torch.no_grad():
+        a.set_(a)
+    return a * 1
+
+
+def _set_onto_other_input(a, b):
+    a.set_(b)
+    return a * 2
+
+
+def _set_onto_clone_of_other(a, b):
+    a.set_(b.clone())
+    return b
+
+
+def _set_onto_own_sin(a):
+    a.set_(a.sin())
+    return a
+
+
+def _set_onto_view_detached(a):
+    v = a.select(0, 0)
+    with torch.no_grad():
+        a.set_(v.detach())
+    return a + v
+
+
+def _set_onto_returned(a):
+    v = a * 2
+    a.set_(v)
+    return v, a
+
+
 PROGRAMS = {
+    "set_onto_self": (_set_onto_self, lambda: (_leaf(48)[24:48].view(4, 6),)),
+    "set_onto_other_input": (_set_onto_other_input, lambda: (torch.zeros(3), torch.arange(4.0))),
+    "set_onto_clone_of_other": (
+        _set_onto_clone_of_other,
+        lambda: (lambda s: (s[0:12].view(3, 4), s[7:19].view(3, 4)))(torch.randn(19, generator=_gen(0))),
+    ),
+    "set_onto_own_sin": (_set_onto_own_sin, lambda: (torch.randn(5, generator=_gen(0)),)),
+    "set_onto_view_detached": (_set_onto_view_detached, lambda: (torch.randn(2, 8, generator=_gen(0))[:, ::2],)),
+    "set_onto_returned": (_set_onto_returned, lambda: (torch.randn(5, generator=_gen(0)),)),
     "requires_grad_on_input": (_requires_grad_on_input, lambda: ((_leaf(2, 8) * 1)[:, 2].detach(),)),
     "metadata_mutation_of_leaf_under_no_grad": (_unsqueeze_leaf_under_no_grad, lambda: (_leaf(3, 4),)),
     "metadata_mutation_beside_synthetic_base": (_meta_beside_base, _meta_beside_base_args(False)),
@@ -180,10 +223,6 @@ _SET = "set_ of an input onto a tensor made inside: the caller's tensor must tak
 _BACKWARD_WRITE = "a write in an autograd.Function's backward into a saved input or grad_output reaches a graph input"
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("function_marking_dirty_input", "training"): "mark_dirty on an input: the write-back loses the custom backward",
-    ("set_on_input_under_no_grad", "training"): _SET,
-    ("set_on_input_under_no_grad", "inference"): _SET,
-    ("set_on_input_then_write", "training"): _SET,
-    ("set_on_input_then_write", "inference"): _SET,
     ("set_intermediate_onto_view", "training"): "set_ of an intermediate onto a view of one requiring grad",
     ("backward_mutates_saved_input", "training"): _BACKWARD_WRITE,
     ("backward_mutates_grad_output", "training"): _BACKWARD_WRITE,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from meta.indices import UserArg, UserOut
-from meta.view_and_mutation import OutputAliasInfo, OutputType, ViewAndMutationMeta
+from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version
@@ -38,15 +38,14 @@ class MetadataMutation:
         # Inputs the function called requires_grad_() on: the caller's tensors require grad after the call.
         self._requires_grad_set: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
+        self._fresh: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta = outer.meta
         self._meta = meta
         mutated = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_metadata)
         self._mutated = mutated
-        self._requires_grad_set = tuple(
-            UserArg(i) for i, info in enumerate(meta.input_info) if info.sets_requires_grad
-        )
+        self._requires_grad_set = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.sets_requires_grad)
         if not mutated:
             return outer
         split = OutputSplit.of(
@@ -54,20 +53,32 @@ class MetadataMutation:
         )
         self._split = split
         flat_fn = outer.fn
+        # Inputs set_() onto a storage the function made: the graph returns their final value.
+        fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
+        self._fresh = fresh
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             for arg_idx in mutated:
                 working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
             outs = list(flat_fn(*working))
-            return [outs[out] for out in split.kept]
+            return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
+
+        def final_value(arg_idx: UserArg) -> OutputAliasInfo:
+            final = meta.input_info[arg_idx].final_metadata
+            assert final is not None
+            dtype = outer.args[arg_idx].dtype
+            return OutputAliasInfo(
+                OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec(final[0], final[1], dtype)
+            )
 
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(
-                dataclasses.replace(info, mutates_metadata=False, final_metadata=None) for info in meta.input_info
+                dataclasses.replace(info, mutates_metadata=False, final_metadata=None, storage_set_to=None)
+                for info in meta.input_info
             ),
-            output_info=split.inner_output_info(meta),
+            output_info=split.inner_output_info(meta) + tuple(final_value(i) for i in fresh),
         )
         return Stage(inner_fn, outer.args, inner_meta)
 
@@ -81,27 +92,52 @@ class MetadataMutation:
             return inner
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
+        fresh = self._fresh
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
             versions = [version(target) for target in targets]
             inner_outs = inner(args)
-            for target, (_, info) in zip(targets, final, strict=True):
-                assert info.final_metadata is not None
-                size, stride, relative_offset = info.final_metadata
-                # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
-                # it is not, and a leaf requiring grad may change its geometry there.
-                with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
-                    target.as_strided_(size, stride, target.storage_offset() + relative_offset)
-            set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
+            num_kept = len(split.kept)
+            new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
+            inner_outs = inner_outs[:num_kept]
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
                 assert info.base_input is not None
                 return args[info.base_input]
 
-            return split.assemble(meta, inner_outs, the_input)
+            outs = split.assemble(meta, inner_outs, the_input)
+            for target, (arg_idx, info) in zip(targets, final, strict=True):
+                assert info.final_metadata is not None
+                size, stride, relative_offset = info.final_metadata
+                if info.storage_set_to is not None:
+                    kind, index = info.storage_set_to
+                    if kind == "input":
+                        storage = args[index].untyped_storage()
+                    elif kind == "output":
+                        storage = outs[index].untyped_storage()
+                    else:
+                        storage = _made_like(new_storages[arg_idx], size, stride, relative_offset)
+                    with torch.no_grad():
+                        target.set_(storage, relative_offset, size, stride)
+                    continue
+                # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
+                # it is not, and a leaf requiring grad may change its geometry there.
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
+                    target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+            set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
+            return outs
 
         return run
+
+
+def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:
+    """A new storage holding ``value`` at ``offset`` with ``size``/``stride``, as the function's tensor was."""
+    with torch.no_grad():
+        end = offset + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) if value.numel() else offset
+        holder = torch.empty(end, dtype=value.dtype, device=value.device)
+        holder.as_strided(size, stride, offset).copy_(value)
+    return holder.untyped_storage()
 
 
 def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
