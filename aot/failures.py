@@ -31,18 +31,29 @@ _PACKAGE_DIRS = tuple(
     os.path.dirname(os.path.abspath(module.__file__ or ""))
     for module in (__import__("torch"), __import__("aot"), __import__("meta"), __import__("wrappers"))
 )
+_TORCH_NN = os.path.join(_PACKAGE_DIRS[0], "nn") + os.sep
 
 
 def user_line(tb: TracebackType | None) -> str:
-    """The innermost frame of ``tb`` outside torch and aotfx: ``file:line: source``."""
-    found = "an unknown line"
+    """The innermost frame of ``tb`` outside torch and aotfx: ``file:line: source``.
+
+    Where every frame is library code (a ``torch.nn`` module's forward called by ``aot_module``),
+    the innermost ``torch.nn`` frame: the module code that asked for the value.
+    """
+    found = library = ""
     for frame, lineno in traceback.walk_tb(tb):
         filename = os.path.abspath(frame.f_code.co_filename)
+        if filename.startswith(_TORCH_NN):
+            library = _frame_line(filename, lineno)
         if filename.startswith(_PACKAGE_DIRS) or filename.startswith("<"):
             continue
-        source = linecache.getline(filename, lineno).strip()
-        found = f"{filename}:{lineno}: {source}" if source else f"{filename}:{lineno}"
-    return found
+        found = _frame_line(filename, lineno)
+    return found or library or "an unknown line"
+
+
+def _frame_line(filename: str, lineno: int) -> str:
+    source = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno}: {source}" if source else f"{filename}:{lineno}"
 
 
 @contextlib.contextmanager
