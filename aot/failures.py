@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import linecache
 import os
+import re
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ _PACKAGE_DIRS = tuple(
     for module in (__import__("torch"), __import__("aot"), __import__("meta"), __import__("wrappers"))
 )
 _TORCH_NN = os.path.join(_PACKAGE_DIRS[0], "nn") + os.sep
+_NO_FAKE_KERNEL = re.compile(r"(\S+): attempted to run this operator with Meta tensors, but there was no fake impl")
 
 
 def user_line(tb: TracebackType | None) -> str:
@@ -75,6 +77,30 @@ def trace_errors() -> Iterator[None]:
             f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}). "
             "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
         ) from error
+    except Exception as error:
+        op = _missing_fake_kernel(error)
+        if op is None:
+            raise
+        # FakeTensorMode ran the op's real kernel on zeros, and its output (a nested tensor, say) had no fake.
+        raise UnsupportedOperatorError(
+            f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}), "
+            f"and running its real kernel instead failed: {type(error).__name__}: {str(error).rstrip('.')}. "
+            "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
+        ) from error
+
+
+def _missing_fake_kernel(error: BaseException) -> str | None:
+    """The op named by a "no fake impl or Meta kernel registered" error in ``error``'s context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, NotImplementedError):
+            found = _NO_FAKE_KERNEL.match(str(current))
+            if found:
+                return found.group(1)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _written_for_reproduction(kind: str, gm: fx.GraphModule) -> str:

@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/module_db_sweep.py [--modules nn.Linear,nn.LSTM] [--jobs 2] [--calls 2]
                                          [--json results.json] [--task-timeout 600]
-                                         [--no-grad] [--summarize results.json]
+                                         [--no-grad] [--frozen-inputs] [--summarize results.json]
 
 For every ModuleInfo, in train and in eval mode, every sample its
 ``module_inputs_func`` gives on CPU float32 (inputs requiring grad) is checked:
@@ -34,8 +34,10 @@ random numbers in another order under the same seed: not comparable, listed
 separately, not counted as wrong), while structure, dtype, shape and
 ``requires_grad`` differences still count as wrong.
 
-``--no-grad`` makes every call (eager and compiled) under ``torch.no_grad()``: the
-inference graphs, with buffer updates as input mutations; no gradients compared.
+``--frozen-inputs`` takes the samples with forward inputs that do not require grad
+(only the parameters do, as in training on data). ``--no-grad`` makes every call
+(eager and compiled) under ``torch.no_grad()``: the inference graphs, with buffer
+updates as input mutations; no gradients compared.
 
 Tasks (one module, one mode, up to ``CHUNK`` samples) run in ``--jobs`` worker
 processes; a task whose worker hangs past ``--task-timeout`` or dies is recorded
@@ -97,8 +99,11 @@ def find_module_info(name: str) -> Any:
     raise KeyError(f"no ModuleInfo named {name!r}")
 
 
-def module_samples(info: Any, training: bool) -> list[Any]:
-    return list(info.module_inputs_func(info, device="cpu", dtype=DTYPE, requires_grad=True, training=training))
+def module_samples(info: Any, training: bool, requires_grad: bool = True) -> list[Any]:
+    """The ModuleInfo's samples; ``requires_grad``: whether its forward inputs require grad."""
+    return list(
+        info.module_inputs_func(info, device="cpu", dtype=DTYPE, requires_grad=requires_grad, training=training)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -404,6 +409,7 @@ def run_module(
     start: int = 0,
     stop: int | None = None,
     grad: bool = True,
+    inputs_grad: bool = True,
 ) -> ModuleResult:
     """Samples ``start:stop`` of ``info`` in each of ``modes``."""
     began = time.perf_counter()
@@ -411,7 +417,7 @@ def run_module(
     for training in modes:
         mode = "train" if training else "eval"
         try:
-            picked = module_samples(info, training)
+            picked = module_samples(info, training, inputs_grad)
         except Exception as error:
             result.note += f"{mode}: module_inputs_func raised {type(error).__name__}: {_first_lines(str(error))}; "
             continue
@@ -467,7 +473,7 @@ def _task_name(task: tuple[str, bool, int, int | None]) -> str:
     return f"{name} {'train' if training else 'eval'}[{start}:{'' if stop is None else stop}]"
 
 
-def _worker(calls: int, timeout: float, grad: bool, tasks: Any, results: Any) -> None:
+def _worker(calls: int, timeout: float, grad: bool, inputs_grad: bool, tasks: Any, results: Any) -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     by_name = {info.name: info for info in module_db()}
@@ -478,13 +484,15 @@ def _worker(calls: int, timeout: float, grad: bool, tasks: Any, results: Any) ->
         results.put(("start", task, os.getpid()))
         name, training, start, stop = task
         try:
-            outcome = run_module(by_name[name], calls, timeout, (training,), start, stop, grad)
+            outcome = run_module(by_name[name], calls, timeout, (training,), start, stop, grad, inputs_grad)
         except Exception:
             outcome = ModuleResult(name, note=f"sweep error: {_first_lines(traceback.format_exc(), 20)}")
         results.put(("done", task, asdict(outcome)))
 
 
-def sweep(names: list[str], jobs: int, calls: int, task_timeout: float, grad: bool = True) -> list[dict[str, Any]]:
+def sweep(
+    names: list[str], jobs: int, calls: int, task_timeout: float, grad: bool = True, inputs_grad: bool = True
+) -> list[dict[str, Any]]:
     """Every sample of every module in ``names``; one merged result per module, in order."""
     ctx = mp.get_context("fork")
     tasks, results = ctx.Queue(), ctx.Queue()
@@ -497,7 +505,7 @@ def sweep(names: list[str], jobs: int, calls: int, task_timeout: float, grad: bo
     sample_timeout = max(task_timeout / 4, 30.0)
 
     def spawn() -> None:
-        proc = ctx.Process(target=_worker, args=(calls, sample_timeout, grad, tasks, results), daemon=True)
+        proc = ctx.Process(target=_worker, args=(calls, sample_timeout, grad, inputs_grad, tasks, results), daemon=True)
         proc.start()
         workers[proc.pid] = proc
 
@@ -570,7 +578,8 @@ def _progress(count: int, total: int, task: str, result: dict[str, Any], start: 
 
 
 def _normalize(message: str) -> str:
-    """A message with numbers blanked, to group failures by cause."""
+    """A message with numbers and install paths blanked, to group failures by cause."""
+    message = re.sub(r"/\S*/site-packages/", "", message)
     message = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", message)
     return re.sub(r"\s+", " ", message)[:200]
 
@@ -668,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-grad", action="store_true", help="call eager and compiled under torch.no_grad() (inference graphs)"
     )
+    parser.add_argument(
+        "--frozen-inputs", action="store_true", help="forward inputs do not require grad (only parameters do)"
+    )
     parser.add_argument("--json", default="", help="write per-sample results and the summary here")
     parser.add_argument("--summarize", default="", help="print the summary of an earlier --json file")
     args = parser.parse_args(argv)
@@ -683,12 +695,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown modules: {', '.join(unknown)}")
     grad_mode = "under no_grad" if args.no_grad else "grad mode on"
+    grad_mode += ", inputs not requiring grad" if args.frozen_inputs else ""
     print(f"checking {len(names)} modules, train and eval, {grad_mode}, {args.jobs} jobs", file=sys.stderr)
     start = time.perf_counter()
-    results = sweep(names, args.jobs, args.calls, args.task_timeout, not args.no_grad)
+    results = sweep(names, args.jobs, args.calls, args.task_timeout, not args.no_grad, not args.frozen_inputs)
     summary = summarize(results)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     summary["grad_mode"] = not args.no_grad
+    summary["inputs_require_grad"] = not args.frozen_inputs
     print_summary(summary)
     print(f"\n({summary['seconds']}s, torch {torch.__version__})")
     if args.json:
