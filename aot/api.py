@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import is_lazy
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from aot import cache, entry_cache
@@ -26,6 +28,7 @@ from aot.backends import nop
 from aot.binding import defer_unbinding
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core, runtime_from_graphs
+from aot.errors import UnsupportedInputError
 from aot.failures import trace_errors
 from aot.fallbacks import fake_kernel_fallbacks
 from aot.partition import default_partition
@@ -402,6 +405,12 @@ def _bound(groups: list[list[tuple[torch.nn.Module, str, bool]]], tensors: Seque
             restore()
 
 
+def _uninitialized(module: torch.nn.Module) -> bool:
+    """A lazy module (``LazyLinear`` ...) whose parameters or buffers its first call has not yet shaped."""
+    own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    return isinstance(module, LazyModuleMixin) and any(is_lazy(t) for t in own)
+
+
 class AOTModule(torch.nn.Module):
     """An ``nn.Module`` whose forward runs compiled; parameters and buffers are graph inputs."""
 
@@ -425,6 +434,7 @@ class AOTModule(torch.nn.Module):
         self._compiled = AOTFunction(
             functional_call, config, leading_names=names, state_key=modes, program_key=program_key
         )
+        self._lazy = any(_uninitialized(m) for m in submodules)
 
     @staticmethod
     def _qualified(root: torch.nn.Module, owner: torch.nn.Module, attr: str) -> str:
@@ -446,7 +456,27 @@ class AOTModule(torch.nn.Module):
         return self._compiled
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._lazy:
+            self._initialize_lazy(args, kwargs)
         return self._compiled(*self._current_tensors(), *args, **kwargs)
+
+    def _initialize_lazy(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Materialize a lazy module's parameters from the first call's inputs, as its eager pre-hook would.
+
+        ``UninitializedParameter.materialize`` keeps the parameter object, so the bound groups stay valid.
+        A lazy submodule below the root sees inputs only the traced forward computes: refused.
+        """
+        root = self.orig_module
+        if _uninitialized(root):
+            lazy: Any = root
+            lazy._infer_parameters(root, args, kwargs)
+        pending = [name or type(sub).__name__ for name, sub in root.named_modules() if _uninitialized(sub)]
+        if pending:
+            raise UnsupportedInputError(
+                f"aot_module: lazy submodule(s) {pending} are not initialized; call the module once eagerly "
+                "(a dry run) before compiling it, so that their parameters have shapes"
+            )
+        self._lazy = False
 
 
 def aot_module(

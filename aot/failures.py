@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import linecache
 import os
+import re
 import tempfile
 import traceback
 from collections.abc import Iterator
@@ -38,18 +39,30 @@ _PACKAGE_DIRS = tuple(
     os.path.dirname(os.path.abspath(module.__file__ or ""))
     for module in (__import__("torch"), __import__("aot"), __import__("meta"), __import__("wrappers"))
 )
+_TORCH_NN = os.path.join(_PACKAGE_DIRS[0], "nn") + os.sep
+_NO_FAKE_KERNEL = re.compile(r"(\S+): attempted to run this operator with Meta tensors, but there was no fake impl")
 
 
 def user_line(tb: TracebackType | None) -> str:
-    """The innermost frame of ``tb`` outside torch and aotfx: ``file:line: source``."""
-    found = "an unknown line"
+    """The innermost frame of ``tb`` outside torch and aotfx: ``file:line: source``.
+
+    Where every frame is library code (a ``torch.nn`` module's forward called by ``aot_module``),
+    the innermost ``torch.nn`` frame: the module code that asked for the value.
+    """
+    found = library = ""
     for frame, lineno in traceback.walk_tb(tb):
         filename = os.path.abspath(frame.f_code.co_filename)
+        if filename.startswith(_TORCH_NN):
+            library = _frame_line(filename, lineno)
         if filename.startswith(_PACKAGE_DIRS) or filename.startswith("<"):
             continue
-        source = linecache.getline(filename, lineno).strip()
-        found = f"{filename}:{lineno}: {source}" if source else f"{filename}:{lineno}"
-    return found
+        found = _frame_line(filename, lineno)
+    return found or library or "an unknown line"
+
+
+def _frame_line(filename: str, lineno: int) -> str:
+    source = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno}: {source}" if source else f"{filename}:{lineno}"
 
 
 @contextlib.contextmanager
@@ -101,6 +114,30 @@ def trace_errors() -> Iterator[None]:
             f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}). "
             "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
         ) from error
+    except Exception as error:
+        op = _missing_fake_kernel(error)
+        if op is None:
+            raise
+        # FakeTensorMode ran the op's real kernel on zeros, and its output (a nested tensor, say) had no fake.
+        raise UnsupportedOperatorError(
+            f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}), "
+            f"and running its real kernel instead failed: {type(error).__name__}: {str(error).rstrip('.')}. "
+            "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
+        ) from error
+
+
+def _missing_fake_kernel(error: BaseException) -> str | None:
+    """The op named by a "no fake impl or Meta kernel registered" error in ``error``'s context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, NotImplementedError):
+            found = _NO_FAKE_KERNEL.match(str(current))
+            if found:
+                return found.group(1)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 _FAKE_TENSOR_FILE = os.path.join("_subclasses", "fake_tensor.py")

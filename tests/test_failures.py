@@ -78,6 +78,23 @@ def test_item_in_control_flow_names_the_op_and_the_line():
         aot.aot_function(f, aot.nop)(torch.randn(3))
 
 
+def test_data_dependent_error_in_a_torch_nn_module_names_the_module_line():
+    # Every frame is torch.nn code under aot_module: the error names the line in torch.nn that asked.
+    loss = aot.aot_module(nn.GaussianNLLLoss(), aot.nop)
+    with pytest.raises(DataDependentError, match=r"functional\.py:\d+: .*torch\.any\(var < 0\)"):
+        loss(_leaf(4, 3), torch.randn(4, 3), torch.rand(4, 1))
+
+
+def test_op_without_fake_kernel_whose_real_fallback_fails_names_the_op():
+    # Eval, no_grad, a padding mask: TransformerEncoder's fast path builds a nested tensor
+    # (aten::_nested_tensor_from_mask has no fake kernel; its real output cannot be faked).
+    layer = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 1).eval()
+    pad = torch.tensor([[False, False, True], [False, False, False]])
+    with torch.no_grad(), pytest.raises(UnsupportedOperatorError, match=r"_nested_tensor_from_mask.*transformer\.py"):
+        aot.aot_module(encoder, aot.nop)(torch.randn(2, 3, 4), src_key_padding_mask=pad)
+
+
 @pytest.mark.parametrize("op", [torch.nonzero, torch.unique, lambda x: x.masked_select(x > 0)])
 def test_dynamic_output_shape_is_a_clear_error(op):
     with pytest.raises(DataDependentError, match="outside the compiled function") as raised:
