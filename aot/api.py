@@ -30,7 +30,7 @@ from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.errors import UnsupportedInputError
 from aot.failures import trace_errors
-from aot.fallbacks import fake_kernel_fallbacks
+from aot.fallbacks import fake_kernel_fallbacks, fallback_applies
 from aot.partition import default_partition
 from aot.signature import input_signature
 from aot.trace import trace_joint
@@ -238,17 +238,28 @@ class AOTFunction:
         directory = self.config.cache_dir or os.environ.get(cache.ENV_DIR)
         stored_key = entry_cache.entry_key(self._program_key, key) if directory and self._program_key else None
         loaded = entry_cache.load(directory, stored_key) if directory and stored_key else None
-        with trace_errors(), fake_kernel_fallbacks():
+
+        def build() -> tuple[CompiledEntry, _CallingConvention]:
             if loaded is not None:
-                entry, convention = self._restore(leaves, *loaded)
-            else:
-                stage, convention = self._flat(args, kwargs, leaves, spec)
-                entry = CompiledEntry(meta=stage.meta)
-                core = partial(compile_core, config=self.config, entry=entry)
-                entry.runtime = compile_through(default_layers(), stage, core)
-                if directory and stored_key and not entry.extra.get("forward_only"):
-                    graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
-                    entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
+                return self._restore(leaves, *loaded)
+            stage, convention = self._flat(args, kwargs, leaves, spec)
+            entry = CompiledEntry(meta=stage.meta)
+            core = partial(compile_core, config=self.config, entry=entry)
+            entry.runtime = compile_through(default_layers(), stage, core)
+            if directory and stored_key and not entry.extra.get("forward_only"):
+                graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
+                entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
+            return entry, convention
+
+        with trace_errors():
+            try:
+                entry, convention = build()
+            except Exception as error:
+                # Only then: a torch-function mode changes library code paths (has_torch_function).
+                if not fallback_applies(error):
+                    raise
+                with fake_kernel_fallbacks():
+                    entry, convention = build()
         entry.compile_seconds = time.perf_counter() - start
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         entry.offset_guard = tuple(
@@ -578,8 +589,15 @@ def aot_export_joint(
         joint.append(trace_joint(inner.fn, inner.args, inner.meta, config.decompositions))
         return lambda flat_args: []
 
-    with fake_kernel_fallbacks():
+    try:
         stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
         compile_through(default_layers(), stage, trace_only)
+    except Exception as error:
+        if not fallback_applies(error):
+            raise
+        joint.clear()
+        with fake_kernel_fallbacks():
+            stage, _ = compiled._flat(tuple(args), call_kwargs, leaves, spec)
+            compile_through(default_layers(), stage, trace_only)
     joint[0].meta["aot_meta"] = stage.meta
     return joint[0]

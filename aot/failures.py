@@ -99,6 +99,7 @@ def trace_errors() -> Iterator[None]:
     except FakeKernelError:
         raise
     except RuntimeError as error:
+        _raise_if_missing_fake_kernel(error)
         op = _fake_kernel_op(error.__traceback__)
         if op is None:
             raise
@@ -115,15 +116,20 @@ def trace_errors() -> Iterator[None]:
             "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
         ) from error
     except Exception as error:
-        op = _missing_fake_kernel(error)
-        if op is None:
-            raise
-        # FakeTensorMode ran the op's real kernel on zeros, and its output (a nested tensor, say) had no fake.
-        raise UnsupportedOperatorError(
-            f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}), "
-            f"and running its real kernel instead failed: {type(error).__name__}: {str(error).rstrip('.')}. "
-            "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
-        ) from error
+        _raise_if_missing_fake_kernel(error)
+        raise
+
+
+def _raise_if_missing_fake_kernel(error: BaseException) -> None:
+    op = _missing_fake_kernel(error)
+    if op is None:
+        return
+    # FakeTensorMode ran the op's real kernel on zeros, and its output (a nested tensor, say) had no fake.
+    raise UnsupportedOperatorError(
+        f"{op} cannot run on fake tensors (no fake/meta kernel; called at {user_line(error.__traceback__)}), "
+        f"and running its real kernel instead failed: {type(error).__name__}: {str(error).rstrip('.')}. "
+        "Register a fake kernel for it (torch.library.register_fake) or call it outside the compiled function."
+    ) from error
 
 
 def _missing_fake_kernel(error: BaseException) -> str | None:

@@ -18,7 +18,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["fake_kernel_fallbacks", "grouped_mm_reference"]
+from aot.failures import _fake_kernel_op
+
+__all__ = ["fake_kernel_fallbacks", "fallback_applies", "grouped_mm_reference"]
 
 
 def _group_of(offs: torch.Tensor, length: int) -> torch.Tensor:
@@ -96,3 +98,17 @@ def fake_kernel_fallbacks() -> Iterator[None]:
     """While tracing: calls a fake kernel refuses, on fake tensors, go through their equivalent."""
     with _FallbackMode():
         yield
+
+
+def fallback_applies(error: BaseException) -> bool:
+    """Whether ``error`` (or what it chains) is a fake kernel refusing an op that has a fallback here."""
+    names = [getattr(func, "__name__", str(func)) for func in _FALLBACKS]
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        op = _fake_kernel_op(current.__traceback__)
+        if any(name in str(current) or name in str(op) for name in names):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

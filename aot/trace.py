@@ -10,6 +10,7 @@ op (``aot.functionalize``), and a typed descriptor on every placeholder and outp
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -99,7 +100,8 @@ def trace_joint(
 
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
-        with torch.set_grad_enabled(grad_mode), FreshViews() as fresh_views:
+        fresh_views = FreshViews()
+        with torch.set_grad_enabled(grad_mode), fresh_views if meta.fresh_views else contextlib.nullcontext():
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
@@ -216,7 +218,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with FreshViews():
+        with FreshViews() if meta.fresh_views else contextlib.nullcontext():
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()

@@ -366,14 +366,25 @@ def collect_meta(
         names: a readable name per input, for errors and reports.
     """
     fake_mode = fake_mode or FakeTensorMode()
-    fakes = fake_inputs(fake_mode, flat_args)
-    initial_geometry = [_geometry(fake) for fake in fakes]
-    initial_versions = [fake._version for fake in fakes]
-    initially_requiring_grad = [fake.requires_grad for fake in fakes]
-    initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
-    recorder = ViewRecorder(alias_sources=fakes)
-    with saved_tensor_hooks_suspended(), fake_mode, recorder, FreshViews() as fresh_views:
-        outs = list(flat_fn(*fakes))
+    # FreshViews is a torch-function mode, which some library code sees (TransformerEncoder leaves its
+    # fast path when one is active): only programs changing geometry in place run under it.
+    for needs_fresh_views in (False, True):
+        fakes = fake_inputs(fake_mode, flat_args)
+        initial_geometry = [_geometry(fake) for fake in fakes]
+        initial_versions = [fake._version for fake in fakes]
+        initially_requiring_grad = [fake.requires_grad for fake in fakes]
+        initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
+        recorder = ViewRecorder(alias_sources=fakes)
+        fresh_views = FreshViews()
+        try:
+            with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
+                outs = list(flat_fn(*fakes))
+        except Exception:
+            if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
+                raise
+            continue
+        if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
+            break
 
     fake_ids = {id(fake) for fake in fakes}
     written_through = {
@@ -504,7 +515,14 @@ def collect_meta(
     if any(info.mutates_data for info in input_info):
         with saved_tensor_hooks_suspended(), fake_mode:
             backward_error = _eager_backward_error(outs, fakes)
-    return ViewAndMutationMeta(tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error)
+    return ViewAndMutationMeta(
+        tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
+    )
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _replay_gives_eagers_autograd(

@@ -253,6 +253,8 @@ class ViewAndMutationMeta:
     # The error eager's backward raises for this program (a tensor it saved was modified in place later,
     # through memory shared with an input); the compiled backward raises it too.
     backward_error: str | None = None
+    # The program changes geometry in place: trace it under ``meta.collect.FreshViews``.
+    fresh_views: bool = False
 
     def __post_init__(self) -> None:
         num_inputs, num_outputs = len(self.input_info), len(self.output_info)
