@@ -595,15 +595,21 @@ def _input_info(
     elif metadata_writes:
         # Relative to the input's own offset: a later call may pass it at another offset.
         final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_geometry[2])
+    # An autograd.Function that wrote the input and marked it dirty: its forward ran under no_grad, yet
+    # eager records the write (the input's history is now the Function's backward).
+    marked_dirty = bool(data_writes) and _made_by_custom_function(fake)
     return InputAliasInfo(
         name=name,
         requires_grad=real.requires_grad,
         is_leaf=real.is_leaf,
         mutates_data=bool(data_writes),
         mutates_metadata=bool(metadata_writes),
-        mutations_under_no_grad=bool(data_writes) and not any(w.grad_enabled for w in data_writes),
+        mutations_under_no_grad=bool(data_writes)
+        and not marked_dirty
+        and not any(w.grad_enabled for w in data_writes),
         # Every write autograd could have seen went through an untracked alias (the rest were under no_grad).
-        mutations_hidden_from_autograd=any(w.grad_enabled for w in data_writes)
+        mutations_hidden_from_autograd=not marked_dirty
+        and any(w.grad_enabled for w in data_writes)
         and real.requires_grad
         and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
@@ -616,6 +622,13 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and not data_writes,
         storage_set_to=storage_set_to,
     )
+
+
+def _made_by_custom_function(tensor: torch.Tensor) -> bool:
+    try:
+        return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
+    except RuntimeError:
+        return False
 
 
 def _new_storage(
