@@ -362,6 +362,8 @@ class _Functionalizer:
             elif isinstance(target, OpOverload) and written_positions(target, node.args):
                 if target is aten.set_.source_Tensor:
                     self.set_storage(node)
+                elif target is aten.resize_.default:
+                    self.resize(node)
                 elif torch.Tag.inplace_view in target.tags:
                     self.metadata_mutation(node, target)
                 else:
@@ -387,6 +389,14 @@ class _Functionalizer:
             self.add_view(node, _Step(parent, node.target, tuple(node.args[1:]), dict(node.kwargs)))
         # First taken under its own name and meta; replays after a write get fresh nodes.
         self.replayed[node] = (self.version[self.root[node]], self.graph.node_copy(node, self.read))
+
+    def resize(self, node: fx.Node) -> None:
+        """``t.resize_(size)`` within ``t``'s storage: from here on ``t`` is a strided view of its memory."""
+        val = _val(node)
+        step_args = (list(val.shape), list(val.stride()), val.storage_offset())
+        target = self.resolve(cast(fx.Node, node.args[0]))
+        self.add_view(node, _Step(target, aten.as_strided.default, step_args))
+        self.renamed[target] = node
 
     def set_storage(self, node: fx.Node) -> None:
         """``t.set_(source)``: from here on ``t`` is ``source`` (its memory and geometry)."""

@@ -114,18 +114,23 @@ class FreshViews(TorchFunctionMode):
     the same memory, with autograd history regenerated as eager regenerates it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
         super().__init__()
         # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
         self._changed: dict[int, torch.Tensor] = {}
         self._changed_bases: dict[int, torch.Tensor] = {}
+        # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
+        self._on_fresh = on_fresh
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        if self._on_fresh is not None:
+            self._on_fresh(fresh, tensor)
+        return fresh
 
     _fresh = fresh
 
@@ -240,6 +245,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if first is not None:
             initial_version = self._initial_version.get(storage_key(first))
             version = -1 if initial_version is None else first._version - initial_version
+        nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         self._check_overlap_as_eager(func, args, kwargs)
@@ -247,6 +253,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self._source_storages:
             self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
+        # resize_ within its storage changes geometry only (growing it is a write into new memory).
+        resized_within = nbytes_before >= 0 and first is not None and first.untyped_storage().nbytes() == nbytes_before
+        metadata_only = metadata_only or resized_within
+        if resized_within and first is not None and storage_key(first) in self._source_storages:
+            self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
         grad_enabled = torch.is_grad_enabled()
         schema = func._schema
         for position in written_positions(func, args):
@@ -260,11 +271,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if first is not None and metadata_only and id(first) not in self._alias_sources:
             # The tensor changes geometry in place: to take it again, take its old self, then the
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
-            twin = _out_of_place_view(func)
+            twin, twin_args = _out_of_place_view(func), tuple(args[1:])
+            if resized_within:
+                twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
             if twin is not None:
-                step = ViewStep(
-                    twin, tuple(args[1:]), step_kwargs, None, grad_enabled, self.clock * 1024, None, version
-                )
+                step = ViewStep(twin, twin_args, step_kwargs, None, grad_enabled, self.clock * 1024, None, version)
                 self.nodes[id(first)] = _Node(first, self.node(first), step, parent_geometry)
         elif first is not None and (func.is_view or self._aliases_source(first, out)):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
@@ -275,6 +286,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
+        """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
+        ``tensor``, taken again from the geometry it has now."""
+        from_geometry = None
+        if id(tensor) in self._initial_geometry:
+            size, stride, offset = _geometry(tensor)
+            from_geometry = (size, stride, offset - self._initial_geometry[id(tensor)][2])
+        self.clock += 1
+        step = ViewStep(_aten.alias.default, (), (), None, torch.is_grad_enabled(), self.clock * 1024, from_geometry)
+        self._keep.append(fresh)
+        self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
 
     def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
@@ -375,7 +398,7 @@ def collect_meta(
         initially_requiring_grad = [fake.requires_grad for fake in fakes]
         initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
         recorder = ViewRecorder(alias_sources=fakes)
-        fresh_views = FreshViews()
+        fresh_views = FreshViews(recorder.stands_for)
         try:
             with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
                 outs = list(flat_fn(*fakes))
@@ -604,9 +627,7 @@ def _input_info(
         is_leaf=real.is_leaf,
         mutates_data=bool(data_writes),
         mutates_metadata=bool(metadata_writes),
-        mutations_under_no_grad=bool(data_writes)
-        and not marked_dirty
-        and not any(w.grad_enabled for w in data_writes),
+        mutations_under_no_grad=bool(data_writes) and not marked_dirty and not any(w.grad_enabled for w in data_writes),
         # Every write autograd could have seen went through an untracked alias (the rest were under no_grad).
         mutations_hidden_from_autograd=not marked_dirty
         and any(w.grad_enabled for w in data_writes)

@@ -207,6 +207,11 @@ def _unsqueeze_abs_then_mul(a):
     return y, a
 
 
+def _resize_within_then_view(x):
+    x.resize_(4)
+    return x[1:]
+
+
 def _t_then_view_flat(x):
     x.t_()
     return x.view(-1)
@@ -296,6 +301,7 @@ PROGRAMS = {
     "detach_unsqueeze_": (_detach_unsqueeze_, lambda: (arange(4, "leaf"),)),
     "neg_out_data": (_neg_out_data, lambda: (arange(4, "leaf"),)),
     "resize_fill": (_resize_fill, lambda: (arange(4),)),
+    "resize_input_within_storage": (_resize_within_then_view, lambda: (arange(13)[6:10].view(2, 2),)),
     "as_strided_then_mul_grad": (_as_strided_then_mul, lambda: (arange(4, "leaf") * 1,)),
     "expanded_grad_t_": (_t_, lambda: (arange(3, "non_leaf").view(3, 1).expand(3, 2),)),
     # 15.
