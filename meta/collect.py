@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from meta.alias import written_positions
+from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.storage import fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
@@ -310,6 +311,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 continue
             if name not in _OVERLAPPING_WRITES_ALLOWED and _expanded(value):
                 raise RuntimeError(_INTERNAL_OVERLAP)
+            if name not in _OVERLAPPING_WRITES_ALLOWED and _may_overlap_itself(value):
+                raise UnsupportedMutationError(
+                    f"{func} writes into a tensor whose elements share memory with each other (an unfold or "
+                    "as_strided view, say): eager's result depends on the order its kernel writes them in, "
+                    "which a compiled graph does not reproduce. Write into a tensor that does not overlap itself."
+                )
             if name in _NO_OVERLAP_WITH_VALUES:
                 for other in args[position + 1 :]:
                     if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
@@ -353,6 +360,22 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             assert node.parent is not None
             node = node.parent
         return node.tensor
+
+
+def _may_overlap_itself(tensor: torch.Tensor) -> bool:
+    """Whether two indices of ``tensor`` may reach one memory element (stride 0 aside): each dimension,
+    by increasing stride, must step past everything the smaller ones span."""
+    if tensor.layout != torch.strided or tensor.numel() <= 1:
+        return False
+    spanned = 0
+    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if n > 1))
+    for stride, size in dims:
+        if stride == 0:
+            return False  # expanded: eager's own check decides
+        if stride <= spanned:
+            return True
+        spanned += (size - 1) * stride
+    return False
 
 
 def _expanded(tensor: torch.Tensor) -> bool:

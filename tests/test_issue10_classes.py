@@ -365,3 +365,16 @@ def test_relative_program_is_not_specialized_on_the_offset():
     for start in (8, 7, 6):
         compiled(base[start : start + 4])
     assert len(compiled.entries) == 1
+
+
+def test_write_into_a_self_overlapping_view_is_refused_clearly():
+    """eager's result depends on the order its kernel writes overlapping elements in: refused, named."""
+    import aot
+    from aot.errors import UnsupportedMutationError
+
+    def f(x):
+        x.unfold(0, 2, 1).neg_()
+        return x
+
+    with pytest.raises(UnsupportedMutationError, match="share memory with each other"):
+        aot.aot_function(f, aot.nop)(torch.arange(4.0))
