@@ -45,7 +45,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
-from meta.storage import storage_extent
+from meta.storage import expanded_dims, storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
 
@@ -544,16 +544,16 @@ class _Functionalizer:
         current = self.value[root] if anchor is root else self.current(anchor)
         offset = val.storage_offset() - anchor_val.storage_offset() + _val(current).storage_offset()
         size, stride = list(val.shape), list(val.stride())
-        if any(st == 0 and sz > 1 for sz, st in zip(size, stride, strict=True)):
+        expanded = expanded_dims(size, stride)
+        if expanded:
             # An expanded view: each memory element written once, from an index whose value changed.
             old = self.emit(aten.as_strided.default, current, list(size), list(stride), offset)
             changed = self.emit(aten._to_copy.default, self.emit(aten.ne.Tensor, new_value, old), dtype=torch.int8)
-            for dim in range(len(size)):
-                if stride[dim] == 0 and size[dim] > 1:
-                    index = self.emit(aten.argmax.default, changed, dim, True)
-                    new_value = self.emit(aten.gather.default, new_value, dim, index)
-                    changed = self.emit(aten.gather.default, changed, dim, index)
-                    size[dim] = 1
+            for dim in expanded:
+                index = self.emit(aten.argmax.default, changed, dim, True)
+                new_value = self.emit(aten.gather.default, new_value, dim, index)
+                changed = self.emit(aten.gather.default, changed, dim, index)
+                size[dim] = 1
         return self.emit(aten.as_strided_scatter.default, current, new_value, size, stride, offset)
 
     def _restride_like(self, new_value: fx.Node, like: Any) -> fx.Node:

@@ -277,6 +277,12 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
     graph = gm.graph
     analysis = AliasAnalysis(graph)
     outputs = [value for value in output_values(gm) if isinstance(value, fx.Node)]
+    # What ops reading storage at absolute offsets read (found once; the loop only drops nodes).
+    absolute_reads = [
+        node.args[0]
+        for node in graph.nodes
+        if node.target in ABSOLUTE_OFFSET_OPS and node.args and isinstance(node.args[0], fx.Node)
+    ]
     for node in list(graph.nodes):
         if node.target is not torch.ops.aten.clone.default or node.kwargs.get("memory_format") is not None:
             continue
@@ -285,12 +291,9 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
             continue
         if any(analysis.may_alias(out, node) for out in outputs):
             continue
-        if not _same_layout(node, source) or any(
-            user.target in ABSOLUTE_OFFSET_OPS and analysis.may_alias(user.args[0], node)
-            for user in graph.nodes
-            if user.op == "call_function" and user.args and isinstance(user.args[0], fx.Node)
-        ):
-            continue  # a read at an absolute storage offset sees where the copy sits, not the input
+        if not _same_layout(node, source) or any(analysis.may_alias(read, node) for read in absolute_reads):
+            # A read at an absolute storage offset sees where the copy sits, not where the input does.
+            continue
         node.replace_all_uses_with(source)
         graph.erase_node(node)
 

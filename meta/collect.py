@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_map_only
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.storage import fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
+from meta.storage import expanded_dims, fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -133,16 +133,14 @@ class FreshViews(TorchFunctionMode):
             self._on_fresh(fresh, tensor)
         return fresh
 
-    _fresh = fresh
-
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if self._changed and name not in _OWN_OBJECT_METHODS:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
-                first = self._fresh(first) if isinstance(first, torch.Tensor) else first
-            rest, kwargs = tree_map_only(torch.Tensor, self._fresh, (rest, kwargs))
+                first = self.fresh(first) if isinstance(first, torch.Tensor) else first
+            rest, kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
             original = args[0] if args else None
             call_args = (first, *rest) if args else ()
             out = func(*call_args, **kwargs)
@@ -235,13 +233,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs = kwargs or {}
         self.clock += 1
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        from_geometry = None
         parent_geometry = _geometry(first) if first is not None and first.layout == torch.strided else None
-        if first is not None and id(first) in self._initial_geometry:
-            if parent_geometry != self._initial_geometry[id(first)]:
-                assert parent_geometry is not None
-                size, stride, offset = parent_geometry
-                from_geometry = (size, stride, offset - self._initial_geometry[id(first)][2])
+        from_geometry = self._changed_geometry(first) if first is not None else None
         version = -1
         if first is not None:
             initial_version = self._initial_version.get(storage_key(first))
@@ -260,10 +253,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if resized_within and first is not None and storage_key(first) in self._source_storages:
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
         grad_enabled = torch.is_grad_enabled()
-        schema = func._schema
         for position in written_positions(func, args):
-            argument = schema.arguments[position]
-            value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
+            value = _argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
@@ -288,13 +279,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
 
+    def _changed_geometry(self, tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+        """An input's current geometry (offset relative to its initial one) if it changed in place, else None."""
+        initial = self._initial_geometry.get(id(tensor))
+        if initial is None or tensor.layout != torch.strided:
+            return None
+        size, stride, offset = _geometry(tensor)
+        return None if (size, stride, offset) == initial else (size, stride, offset - initial[2])
+
     def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
         """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
         ``tensor``, taken again from the geometry it has now."""
-        from_geometry = None
-        if id(tensor) in self._initial_geometry:
-            size, stride, offset = _geometry(tensor)
-            from_geometry = (size, stride, offset - self._initial_geometry[id(tensor)][2])
+        from_geometry = self._changed_geometry(tensor)
         self.clock += 1
         step = ViewStep(_aten.alias.default, (), (), None, torch.is_grad_enabled(), self.clock * 1024, from_geometry)
         self._keep.append(fresh)
@@ -306,10 +302,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return
         name = func._schema.name.split("::")[-1]
         for position in written_positions(func, args):
-            value = args[position] if position < len(args) else kwargs.get(func._schema.arguments[position].name)
+            value = _argument(func, args, kwargs, position)
             if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
                 continue
-            if name not in _OVERLAPPING_WRITES_ALLOWED and _expanded(value):
+            if name not in _OVERLAPPING_WRITES_ALLOWED and expanded_dims(value.shape, value.stride()):
                 raise RuntimeError(_INTERNAL_OVERLAP)
             if name not in _OVERLAPPING_WRITES_ALLOWED and _may_overlap_itself(value):
                 raise UnsupportedMutationError(
@@ -378,10 +374,10 @@ def _may_overlap_itself(tensor: torch.Tensor) -> bool:
     return False
 
 
-def _expanded(tensor: torch.Tensor) -> bool:
-    return tensor.layout == torch.strided and any(
-        stride == 0 and size > 1 for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
-    )
+def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
+    """The value a dispatched call of ``func`` passes for schema argument ``position``."""
+    argument = func._schema.arguments[position]
+    return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
 
 
 def _out_of_place_view(op: Any) -> Any:

@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = [
     "Extent",
+    "expanded_dims",
     "fake_input",
     "fake_inputs",
     "intersect",
@@ -52,6 +53,11 @@ def storage_extent(tensor: torch.Tensor) -> Extent:
     return start, start + 1 + sum(
         (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
     )
+
+
+def expanded_dims(shape: Sequence[int], stride: Sequence[int]) -> list[int]:
+    """The dimensions along which several indices reach one memory element (stride 0, size > 1)."""
+    return [dim for dim, (size, step) in enumerate(zip(shape, stride, strict=True)) if step == 0 and size > 1]
 
 
 def touch_interval(tensor: torch.Tensor) -> Extent:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from meta.storage import expanded_dims
 from meta.view_and_mutation import InputAliasInfo
 
 __all__ = ["set_versions", "version", "write_back"]
@@ -52,9 +53,8 @@ def _one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tup
     """An expanded target (stride 0) has several indices per memory element, which ``copy_`` refuses:
     write each element once, from an index whose value the function changed (``index_put_`` at one
     index), else any: all of them then hold the old value."""
-    for dim, (size, stride) in enumerate(zip(target.shape, target.stride(), strict=True)):
-        if stride == 0 and size > 1:
-            with torch.no_grad():
-                changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
-            target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
+    for dim in expanded_dims(target.shape, target.stride()):
+        with torch.no_grad():
+            changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
+        target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
     return target, new_value
