@@ -16,11 +16,23 @@ from torch.utils._pytree import tree_flatten
 
 import aot
 
-__all__ = ["ATOL", "RTOL", "check", "clone_args"]
+__all__ = ["ATOL", "RTOL", "check", "clone_args", "params_with_known_wrong"]
 
 # Tolerances, stated once: compiled graphs run the same ATen kernels, so they agree closely.
 RTOL = 1.3e-6
 ATOL = 1e-5
+
+
+def params_with_known_wrong(names: Any, known_wrong: dict[tuple[str, str], str], mode: str) -> list[Any]:
+    """Test parameters for ``names`` in ``mode``; each pair in ``known_wrong`` a strict xfail, so a fix shows."""
+    import pytest
+
+    return [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=known_wrong[name, mode]))
+        if (name, mode) in known_wrong
+        else name
+        for name in names
+    ]
 
 
 def functional_nop(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.oracle import check
+from tests.oracle import check, params_with_known_wrong
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -228,22 +228,13 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
 }
 
 
-def _params(mode: str) -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
-        if (name, mode) in KNOWN_WRONG
-        else name
-        for name in PROGRAMS
-    ]
-
-
-@pytest.mark.parametrize("name", _params("training"))
+@pytest.mark.parametrize("name", params_with_known_wrong(PROGRAMS, KNOWN_WRONG, "training"))
 def test_training(name):
     fn, make = PROGRAMS[name]
     check(fn, make)
 
 
-@pytest.mark.parametrize("name", _params("inference"))
+@pytest.mark.parametrize("name", params_with_known_wrong(PROGRAMS, KNOWN_WRONG, "inference"))
 def test_inference(name):
     fn, make = PROGRAMS[name]
     with torch.no_grad():
