@@ -34,7 +34,7 @@ from aot.fallbacks import fake_kernel_fallbacks, fallback_applies
 from aot.partition import default_partition
 from aot.signature import input_signature
 from aot.trace import trace_joint
-from meta.collect import collect_meta
+from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from wrappers import Stage, compile_through, default_layers
 
 __all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
@@ -222,8 +222,12 @@ class AOTFunction:
         """
         if not torch.is_inference_mode_enabled():
             return self._compile(args, kwargs, key)
-        with torch.inference_mode(False), torch.no_grad():
-            return self._compile(args, kwargs, key)
+        token = CALLER_IN_INFERENCE_MODE.set(True)
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                return self._compile(args, kwargs, key)
+        finally:
+            CALLER_IN_INFERENCE_MODE.reset(token)
 
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable

@@ -14,6 +14,7 @@ was taken from, with the op and arguments to take it again. From those:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -38,7 +39,20 @@ from meta.view_and_mutation import (
     replay_views,
 )
 
-__all__ = ["ABSOLUTE_OFFSET_OPS", "FreshViews", "ViewRecorder", "collect_meta", "saved_tensor_hooks_suspended"]
+__all__ = [
+    "ABSOLUTE_OFFSET_OPS",
+    "CALLER_IN_INFERENCE_MODE",
+    "FreshViews",
+    "ViewRecorder",
+    "collect_meta",
+    "saved_tensor_hooks_suspended",
+]
+
+# Whether the compiled function's caller runs under inference mode: collection itself runs outside
+# it (inference tensors have no version counter to watch), see ``aot.api``.
+CALLER_IN_INFERENCE_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "CALLER_IN_INFERENCE_MODE", default=False
+)
 
 
 @contextlib.contextmanager
@@ -157,6 +171,12 @@ class FreshViews(TorchFunctionMode):
         return out
 
 
+def _returns_argument(out: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``out`` is one of the call's own tensor arguments (an ``out=`` op returns its ``out``)."""
+    arguments = [*args, *kwargs.values()]
+    return isinstance(out, torch.Tensor) and any(out is argument for argument in arguments)
+
+
 @dataclasses.dataclass
 class _Write:
     tensor: torch.Tensor
@@ -195,8 +215,11 @@ class _Node:
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records, below autograd, each view's parent, each write's target, and storage use."""
 
-    def __init__(self, alias_sources: Sequence[torch.Tensor] = ()) -> None:
+    def __init__(self, alias_sources: Sequence[torch.Tensor] = (), inference_storages: set[int] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        # Storages of inference-tensor inputs used outside inference mode: eager refuses writes into them
+        # except through a detach()/.data alias itself.
+        self._inference_storages = inference_storages or set()
         self.nodes: dict[int, _Node] = {}
         self.writes: list[_Write] = []
         self._keep: list[Any] = []
@@ -243,6 +266,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         self._check_overlap_as_eager(func, args, kwargs)
+        if self._inference_storages:
+            self._check_inference_write_as_eager(func, args, kwargs)
         out = func(*args, **kwargs)
         if self._source_storages:
             self._note_storage_use(func, [out])
@@ -269,7 +294,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if twin is not None:
                 step = ViewStep(twin, twin_args, step_kwargs, None, grad_enabled, self.clock * 1024, None, version)
                 self.nodes[id(first)] = _Node(first, self.node(first), step, parent_geometry)
-        elif first is not None and (func.is_view or self._aliases_source(first, out)):
+        elif (
+            first is not None
+            and (func.is_view or self._aliases_source(first, out))
+            and not _returns_argument(out, args, kwargs)
+        ):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
             parent = self.node(first)
             for item, view in views:
@@ -295,6 +324,24 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         step = ViewStep(_aten.alias.default, (), (), None, torch.is_grad_enabled(), self.clock * 1024, from_geometry)
         self._keep.append(fresh)
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
+
+    def _check_inference_write_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        """Eager's refusal of in-place ops on inference tensors outside inference mode (a tensor that is
+        itself a ``detach()`` or ``.data`` of one has a version counter and may be written)."""
+        for position in written_positions(func, args):
+            value = _argument(func, args, kwargs, position)
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(tensor, torch.Tensor) or storage_key(tensor) not in self._inference_storages:
+                    continue
+                node = self.nodes.get(id(tensor))
+                detached = (node is None or node.tensor is not tensor) and id(tensor) not in self._alias_sources
+                if node is not None and node.tensor is tensor and node.step is not None:
+                    detached = node.step.op is _aten.detach.default
+                if not detached:
+                    raise RuntimeError(
+                        f"Inplace update to inference tensor outside InferenceMode is not allowed ({func})."
+                        "You can make a clone to get a normal tensor before doing inplace update."
+                    )
 
     def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
@@ -416,7 +463,14 @@ def collect_meta(
         initial_versions = [fake._version for fake in fakes]
         initially_requiring_grad = [fake.requires_grad for fake in fakes]
         initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
-        recorder = ViewRecorder(alias_sources=fakes)
+        inference_storages = set()
+        if not CALLER_IN_INFERENCE_MODE.get():
+            inference_storages = {
+                storage_key(fake)
+                for fake, real in zip(fakes, flat_args, strict=True)
+                if isinstance(real, torch.Tensor) and real.is_inference()
+            }
+        recorder = ViewRecorder(alias_sources=fakes, inference_storages=inference_storages)
         fresh_views = FreshViews(recorder.stands_for)
         try:
             with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():

@@ -229,8 +229,8 @@ class OutputAliasInfo:
     def with_requires_grad_set_inside(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, requiring grad if eager's output does only because the function called
         ``requires_grad_()`` on it (or on what it was computed from) without any input requiring grad."""
-        if not self.is_differentiable or tensor.requires_grad:
-            return tensor
+        if not self.is_differentiable or tensor.requires_grad or torch.is_inference_mode_enabled():
+            return tensor  # under inference mode no value made by the function requires grad
         if tensor.is_leaf:
             tensor.requires_grad_()
         if not self.is_leaf and torch.is_grad_enabled():

@@ -300,6 +300,28 @@ def test_item5_inference_tensor_inputs_outside_inference_mode():
         check(_mutate_and_view, make)
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x: x.detach().mul_(2),  # eager allows writes through a detach()/.data alias itself
+        lambda x: x.data.add_(1),
+        lambda x: torch.neg(x, out=x.detach()),
+        lambda x: x.detach().t_(),
+        lambda x: x[1:].detach().mul_(2),
+        lambda x: x.detach()[1:].mul_(2),  # ... and refuses them through a view of one
+        lambda x: torch.neg(x, out=x),
+        lambda x: x.t_(),
+    ],
+)
+def test_item5_inference_tensor_written_outside_inference_mode(write):
+    check(write, lambda: (_inference_tensor(3, 2).t(),))
+
+
+def test_item5_view_of_input_inside_inference_mode_requires_no_grad():
+    with torch.inference_mode():
+        check(lambda x: (x.view(-1),), lambda: seeded((5,)), backward=False)
+
+
 # Item 9: non-reentrant activation checkpointing under aot_module.
 
 

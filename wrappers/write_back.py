@@ -33,6 +33,8 @@ def write_back(
         target, new_value = _one_index_per_element(target, new_value)
         # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
         # region under an outer no_grad included), not the caller's mode.
+        if target.is_inference() and not torch.is_inference_mode_enabled():
+            target = target.detach()  # eager wrote it through a detach()/.data alias, the only way it allows
         with torch.set_grad_enabled(info.mutation_visible_to_autograd):
             target.copy_(new_value)
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
