@@ -36,7 +36,7 @@ from aot.errors import UnsupportedMutationError
 from tests.fuzz_programs import ALL, BASELINE, FEATURES, Program, draw_program
 from tests.oracle import check
 
-MODES = ("training", "no_grad")
+MODES = ("training", "no_grad", "inference_mode")
 REFUSALS: tuple[type[BaseException], ...] = (UnsupportedMutationError,)
 
 
@@ -116,10 +116,10 @@ def run_one(program: Program, mode: str) -> Outcome:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if mode == "training":
-                check(f, make_args, deep=True)
+                check(f, make_args, deep=True, **program.tolerances())
             else:
-                with torch.no_grad():
-                    check(f, make_args, backward=False, deep=True)
+                with torch.inference_mode() if mode == "inference_mode" else torch.no_grad():
+                    check(f, make_args, backward=False, deep=True, **program.tolerances())
     except Exception as error:
         return _which_output(classify(error), program)
     finally:
@@ -180,7 +180,7 @@ def _smaller(program: Program) -> list[Program]:
         if len(program.args) > 1:
             out.append(_drop_arg(program, k))
     for i, line in enumerate(program.setup):
-        name = line.split(" = ")[0]
+        name = line.split(" = ")[0].split()[-1]  # also "with torch.inference_mode(): i3 = ..."
         rest = program.setup[:i] + program.setup[i + 1 :]
         if not any(re.search(rf"\b{name}\b", other) for other in (*rest, *program.args)):
             out.append(dataclasses.replace(program, setup=rest))
@@ -232,7 +232,7 @@ def main() -> int:
     parser.add_argument(
         "--features", default="all", help="'all', 'baseline' or a comma-separated subset of: " + ", ".join(FEATURES)
     )
-    parser.add_argument("--modes", default=",".join(MODES), help="training,no_grad")
+    parser.add_argument("--modes", default=",".join(MODES), help="a subset of " + ",".join(MODES))
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--shrink-budget", type=int, default=40, help="oracle runs to shrink each class's program")
     parser.add_argument("--report", type=pathlib.Path, help="also write the report as Markdown here")
@@ -296,13 +296,14 @@ def main() -> int:
         "",
         "## Failure classes",
         "",
-        "| # | runs | training | no_grad | signature |",
-        "| --- | --- | --- | --- | --- |",
+        "| # | runs | " + " | ".join(modes) + " | signature |",
+        "| --- | --- | " + " | ".join("---" for _ in modes) + " | --- |",
     ]
     for number, (signature, found) in enumerate(classes, 1):
         per_mode = collections.Counter(mode for _, mode, _, _ in found)
         cell = signature.replace("|", "\\|")
-        lines.append(f"| {number} | {len(found)} | {per_mode['training']} | {per_mode['no_grad']} | `{cell}` |")
+        counts = " | ".join(str(per_mode[mode]) for mode in modes)
+        lines.append(f"| {number} | {len(found)} | {counts} | `{cell}` |")
     lines += ["", "## Refusals", ""]
     if not refusals:
         lines.append("None.")

@@ -28,7 +28,9 @@ Inputs (1-4 arguments, from 1-3 storages):
   - ``dtypes``: int64 and complex64 inputs beside float32;
   - ``grad_kinds``: inputs that are leaves requiring grad of any geometry
     (``.detach().requires_grad_()``), views of a leaf, views of a non-leaf; without
-    it an input is a plain leaf, a non-leaf ``l * 1``, or requires no grad.
+    it an input is a plain leaf, a non-leaf ``l * 1``, or requires no grad;
+  - ``inference_inputs``: inputs made under ``torch.inference_mode()`` (inference
+    tensors: eager refuses to save them for backward or write them outside it).
 
 Steps:
   - ``views``: t, transpose, slices, narrow, select, unsqueeze, view(-1), diagonal,
@@ -59,7 +61,9 @@ Steps:
     ``torch.set_grad_enabled(False)`` blocks;
   - ``autograd_function``: custom ``torch.autograd.Function``s: identity returning its
     input, returning a view of its input, an in-place ``mark_dirty`` one, and one
-    with a non-differentiable second output.
+    with a non-differentiable second output;
+  - ``autocast``: steps inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` regions
+    (matmuls there run in bfloat16), some with a nested ``autocast(enabled=False)``.
 
 The oracle (``tests/oracle.py`` ``check``) runs each program eagerly and compiled, in
 training and under ``no_grad``.
@@ -99,6 +103,7 @@ FEATURES: tuple[str, ...] = (
     "expanded",
     "dtypes",
     "grad_kinds",
+    "inference_inputs",
     # steps
     "views",
     "inplace",
@@ -118,6 +123,7 @@ FEATURES: tuple[str, ...] = (
     "requires_grad_",
     "grad_mode",
     "autograd_function",
+    "autocast",
 )
 # What the first fuzzer drew.
 BASELINE = frozenset({"alias_inputs", "views", "inplace", "no_grad_write", "metadata_inputs"})
@@ -237,11 +243,17 @@ class Program:
 
     def source(self, mode: str = "training") -> str:
         """A runnable script (from the repository root) that checks this program against eager."""
+        extra = "".join(f", {name}={value}" for name, value in self.tolerances().items())
         if mode == "training":
-            call = "check(f, make_args)"
+            call = f"check(f, make_args{extra})"
         else:
-            call = "with torch.no_grad():\n    check(f, make_args, backward=False)"
+            context = "torch.inference_mode()" if mode == "inference_mode" else "torch.no_grad()"
+            call = f"with {context}:\n    check(f, make_args, backward=False{extra})"
         return f"import torch\n\nfrom tests.oracle import check\n\n\n{self.program_source()}\n\n{call}\n"
+
+    def tolerances(self) -> dict[str, float]:
+        """``check``'s tolerances: bfloat16 sums under autocast round differently in another order."""
+        return {"rtol": 1e-2, "atol": 1e-2} if "autocast" in self.features else {}
 
     def compile(self) -> tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]:
         """``(f, make_args)`` of this program."""
@@ -348,6 +360,13 @@ class _Inputs:
             storage_shape, view = (rng.randint(2, 4), 3), ".t()"
         else:
             storage_shape, view = rng.choice([((), ".expand(2)"), ((3, 1), ".expand(3, 4)"), ((1, 4), ".expand(2, 4)")])
+        if self.has("inference_inputs") and rng.random() < 0.15 and self._use("inference_inputs"):
+            # made under inference_mode: an inference tensor (requiring no grad)
+            name = f"i{self.count}"
+            self.count += 1
+            self.setup.append(f"with torch.inference_mode(): {name} = {_new(dtype, storage_shape)}{view}")
+            self.args.append(name)
+            return
         if view == "":
             if grad in ("leaf_geometry", "view_of_leaf"):
                 grad = "leaf"
@@ -699,6 +718,27 @@ class _Drawer:
         out = self.name()
         return Step((f"{out} = {name}.apply({x})",), (out,), "autograd_function", (name,))
 
+    def autocast_region(self, values: dict[str, torch.Tensor]) -> Step | None:
+        """A matmul (bfloat16 under autocast) and maybe another step, in an autocast region."""
+        x = self.pick(values, lambda v: v.dtype == torch.float32 and v.dim() == 2)
+        if x is None:
+            return None
+        out = self.name()
+        lines = [f"{out} = {x} @ {x}.mT"]
+        defines = [out]
+        if self.rng.random() < 0.3:  # a nested region where autocast is off again
+            inner = self.name()
+            lines += ['with torch.autocast("cpu", enabled=False):', f"    {inner} = {x} @ {x}.mT"]
+            defines.append(inner)
+        extra = self.simple(values) if self.rng.random() < 0.5 else None
+        uses: tuple[str, ...] = ()
+        if extra is not None:
+            lines += extra.lines
+            defines += extra.defines
+            uses = extra.uses
+        header = 'with torch.autocast("cpu", dtype=torch.bfloat16):'
+        return Step((header, *(f"    {line}" for line in lines)), tuple(defines), "autocast", uses)
+
     def simple(self, values: dict[str, torch.Tensor]) -> Step | None:
         """One step of any enabled kind except a grad-mode region."""
         kinds: list[tuple[Callable[[dict[str, torch.Tensor]], Step | None], float]] = [
@@ -765,7 +805,9 @@ def draw_program(rng: random.Random, features: frozenset[str] = ALL, max_steps: 
     for _ in range(4 * wanted):
         if len(steps) >= wanted:
             break
-        if "grad_mode" in features and rng.random() < 0.12:
+        if "autocast" in features and rng.random() < 0.1:
+            step = drawer.autocast_region(simulation.values)
+        elif "grad_mode" in features and rng.random() < 0.12:
             inner = [drawer.simple(simulation.values)]
             header = rng.choice(
                 ["with torch.no_grad():", "with torch.enable_grad():", "with torch.set_grad_enabled(False):"]

@@ -59,15 +59,15 @@ PENDING = frozenset(
 GATING = ALL - PENDING
 
 
-def _check(program: Program, training: bool) -> None:
+def _check(program: Program, training: bool, inference_mode: bool = False) -> None:
     f, make_args = program.compile()
     with refused_clearly(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if training:
-            check(f, make_args, deep=True)
+            check(f, make_args, deep=True, **program.tolerances())
         else:
-            with torch.no_grad():
-                check(f, make_args, backward=False, deep=True)
+            with torch.inference_mode() if inference_mode else torch.no_grad():
+                check(f, make_args, backward=False, deep=True, **program.tolerances())
 
 
 @FUZZ_SETTINGS
@@ -80,6 +80,12 @@ def test_random_program_training(program: Program) -> None:
 @given(programs(GATING))
 def test_random_program_inference(program: Program) -> None:
     _check(program, training=False)
+
+
+@FUZZ_SETTINGS
+@given(programs(GATING))
+def test_random_program_inside_inference_mode(program: Program) -> None:
+    _check(program, training=False, inference_mode=True)
 
 
 PENDING_REASON = "issues 10/11: programs drawing the PENDING features still differ from eager"
