@@ -83,6 +83,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from aot.errors import UnsupportedMutationError
+from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL
 
 __all__ = [
     "BASELINE",
@@ -253,7 +254,7 @@ class Program:
 
     def tolerances(self) -> dict[str, float]:
         """``check``'s tolerances: bfloat16 sums under autocast round differently in another order."""
-        return {"rtol": 1e-2, "atol": 1e-2} if "autocast" in self.features else {}
+        return {"rtol": AUTOCAST_RTOL, "atol": AUTOCAST_ATOL} if "autocast" in self.features else {}
 
     def compile(self) -> tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]:
         """``(f, make_args)`` of this program."""

@@ -21,9 +21,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aot.functionalize import FUNCTIONAL_RULES, functional_variant, functionalize
 from meta.alias import written_positions
+from tests.oracle import assert_close
 
 aten = torch.ops.aten
-ATOL = RTOL = 1e-6  # the functional graph runs the same kernels: only reassociation may differ
 
 
 def _as_list(out: Any) -> list[Any]:
@@ -58,11 +58,11 @@ def check(fn: Callable[..., Any], *args: torch.Tensor, mutated: list[int] | None
         assert mutated_inputs == mutated
     assert len(got) == len(expected) + len(mutated_inputs)
     for want, have, eager_out in zip(expected, got[: len(expected)], eager, strict=True):
-        torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(have, eager_out, atol=ATOL, rtol=RTOL)
+        assert_close(have, want)
+        assert_close(have, eager_out)
     for arg_idx, final in zip(mutated_inputs, got[len(expected) :], strict=True):
-        torch.testing.assert_close(final, expected_inputs[arg_idx], atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(final, eager_inputs[arg_idx], atol=ATOL, rtol=RTOL)
+        assert_close(final, expected_inputs[arg_idx])
+        assert_close(final, eager_inputs[arg_idx])
     for arg_idx, (before, after) in enumerate(zip(args, expected_inputs, strict=True)):
         if arg_idx not in mutated_inputs:
             assert torch.equal(before, after), f"input {arg_idx} mutated but not reported"
@@ -452,7 +452,7 @@ def test_joint_graph_with_backward():
     with torch.no_grad():  # as the runtime runs compiled graphs
         got = gm(x, tangent)
     for want, have in zip(joint(x, tangent), got, strict=True):
-        torch.testing.assert_close(have, want, atol=ATOL, rtol=RTOL)
+        assert_close(have, want)
 
 
 def test_write_to_constant_raises():

@@ -9,7 +9,7 @@ import torch
 
 import aot
 from aot.errors import DoubleBackwardError, UnsupportedInputError
-from tests.oracle import check
+from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, assert_close, check
 
 
 def seeded(*shapes: tuple[int, ...], requires_grad: bool = True, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -228,7 +228,7 @@ def _autocast_regions(x, w):
 
 
 def test_item4_autocast_regions_forward_and_backward_dtypes():
-    check(_autocast_regions, seeded((3, 4), (4, 4)), rtol=1e-2, atol=1e-2)
+    check(_autocast_regions, seeded((3, 4), (4, 4)), rtol=AUTOCAST_RTOL, atol=AUTOCAST_ATOL)
     compiled = aot.aot_function(_autocast_regions, aot.nop)
     grads, dtypes = [], []
     for fn in (_autocast_regions, compiled):
@@ -242,8 +242,8 @@ def test_item4_autocast_regions_forward_and_backward_dtypes():
     assert dtypes[0] == dtypes[1] == (torch.bfloat16, torch.float32, torch.bfloat16)
     assert grads[0][2] == grads[1][2] == [torch.bfloat16]
     # The backward ran in eager's dtypes: bfloat16 rounding included, the gradients agree closely.
-    torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-5, atol=1e-5)
+    assert_close(grads[1][0], grads[0][0], model=True)
+    assert_close(grads[1][1], grads[0][1], model=True)
 
 
 # Item 5: inference mode, and inference tensors used outside it.
@@ -398,12 +398,12 @@ def test_item10_grouped_mm_float32_under_aot_module():
         x_ref = x.detach().clone().requires_grad_()
         cotangent = seeded((12, 4), requires_grad=False, seed=10 + step)[0]
         out, expected = compiled(x, offs), reference(x_ref, offs)
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        assert_close(out, expected, model=True)
         (out * cotangent).sum().backward()
         (expected * cotangent).sum().backward()
-        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+        assert_close(x.grad, x_ref.grad, model=True)
         for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+            assert_close(p.grad, q.grad, model=True)
 
 
 @pytest.mark.parametrize("shapes", [((4, 12), (12, 4)), ((3, 4, 8), (8, 12)), ((3, 4, 8), (3, 8, 4))])

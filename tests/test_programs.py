@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import aot
-from tests.oracle import check
+from tests.oracle import MODEL_RTOL, assert_close, check
 
 
 def seeded(*shapes: tuple[int, ...], requires_grad: bool = True, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -69,7 +69,7 @@ def lstm_cell_loop(xs, h, c, w_ih, w_hh, bias):
 
 
 def test_lstm_cell_loop():
-    check(lstm_cell_loop, seeded((5, 3, 8), (3, 6), (3, 6), (24, 8), (24, 6), (24,)), rtol=1e-5)
+    check(lstm_cell_loop, seeded((5, 3, 8), (3, 6), (3, 6), (24, 8), (24, 6), (24,)), rtol=MODEL_RTOL)
 
 
 def test_reductions():
@@ -236,11 +236,11 @@ def test_convnet_batchnorm_train_batch_statistics():
     compiled_model = aot.aot_module(model, aot.nop)
     x = torch.randn(4, 3, 5, 5)
     out, expected = compiled_model(x), reference(x)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(out, expected, model=True)
     out.pow(2).sum().backward()
     expected.pow(2).sum().backward()
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+        assert_close(p.grad, q.grad, model=True, grad=True)
 
 
 def test_intermediate_mutation_is_fine():
@@ -514,8 +514,8 @@ def test_torch_nn_modules_match_eager(name):
     outs = [t for t in torch.utils._pytree.tree_leaves(compiled(*args)) if isinstance(t, torch.Tensor)]
     expected = [t for t in torch.utils._pytree.tree_leaves(reference(*args)) if isinstance(t, torch.Tensor)]
     for out, exp in zip(outs, expected, strict=True):
-        torch.testing.assert_close(out, exp, rtol=1e-5, atol=1e-5)
+        assert_close(out, exp, model=True)
     sum(t.sum() for t in outs if t.requires_grad).backward()
     sum(t.sum() for t in expected if t.requires_grad).backward()
     for (param_name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=param_name)
+        assert_close(p.grad, q.grad, model=True, grad=True, msg=param_name)
