@@ -299,7 +299,9 @@ def saved_bytes(compiled: Any) -> int:
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return [
-        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))).rstrip()
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
         for r in (header, *rows)
     ]
 

@@ -217,7 +217,9 @@ def check_correctness(wl: Workload) -> str:
     verdicts = []
     for impl in IMPLS:
         got = run(compile_with(impl, wl))
-        ok = len(got) == len(ref) and all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, ref))
+        ok = len(got) == len(ref) and all(
+            torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, ref, strict=True)
+        )
         verdicts.append(f"{impl} {'ok' if ok else 'MISMATCH'}")
     return ", ".join(verdicts)
 

@@ -202,7 +202,7 @@ def build_function(op_fn: Callable[..., Any], sample: Any) -> tuple[Callable[...
 
     def f(*tensors: torch.Tensor) -> Any:
         filled = list(template)
-        for position, tensor in zip(positions, tensors):
+        for position, tensor in zip(positions, tensors, strict=True):
             filled[position] = tensor
         inp, args, kwargs = tree_unflatten(filled, spec)
         return op_fn(inp, *args, **kwargs)
@@ -256,7 +256,7 @@ def _compare_outputs(
     c_in_storage = {_storage(t): i for i, t in reversed(list(enumerate(compiled_inputs)))}
     e_out_storage: dict[int | None, int] = {}
     c_out_storage: dict[int | None, int] = {}
-    for idx, (e, c) in enumerate(zip(e_leaves, c_leaves)):
+    for idx, (e, c) in enumerate(zip(e_leaves, c_leaves, strict=True)):
         if isinstance(e, torch.Tensor) != isinstance(c, torch.Tensor):
             raise Mismatch("forward-meta", f"output {idx} is {_describe(c)}, eager {_describe(e)}")
         if not isinstance(e, torch.Tensor):
@@ -381,7 +381,7 @@ def run_eager(op: Any, f: Callable[..., Any], tensors: list[torch.Tensor], sampl
     versions = [t._version for t in inputs]
     torch.manual_seed(seed)
     outputs = f(*inputs)
-    mutated = [i for i, (t, v) in enumerate(zip(inputs, versions)) if t._version != v]
+    mutated = [i for i, (t, v) in enumerate(zip(inputs, versions, strict=True)) if t._version != v]
     if mutated:
         raise OutOfScope(f"the op mutates input(s) {mutated}: input mutations are out of scope")
     grad_inputs = _grad_inputs(inputs)
@@ -428,7 +428,7 @@ def check_compiled(
                 raise Mismatch("backward", f"{len(diff)} differentiable outputs, eager has {len(eager.cotangents)}")
             grads = _grads(diff, [inputs[i] for i in eager.grad_inputs], eager.cotangents)
             stage = "grad-check"
-            for position, (g_c, g_e) in enumerate(zip(grads, eager.grads)):
+            for position, (g_c, g_e) in enumerate(zip(grads, eager.grads, strict=True)):
                 where = f"grad of input {eager.grad_inputs[position]}"
                 if g_e is None and g_c is None:
                     continue
@@ -500,7 +500,9 @@ def probe(f: Callable[..., Any], tensors: list[torch.Tensor]) -> tuple[bool, lis
             f(*inputs)
     except Exception:
         return False, []
-    changed = {i for i, (a, b) in enumerate(zip(before, inputs)) if a.layout == torch.strided and not _same(a, b)}
+    changed = {
+        i for i, (a, b) in enumerate(zip(before, inputs, strict=True)) if a.layout == torch.strided and not _same(a, b)
+    }
     return detector.random, sorted(detector.written | changed)
 
 
@@ -615,7 +617,7 @@ def _compare_inplace_state(eager: InplaceRun, compiled: InplaceRun, values: bool
     e_bump, c_bump = e._version - eager.version_before, c._version - compiled.version_before
     if (e_bump > 0) != (c_bump > 0):
         raise Mismatch("self-version", f"self's version counter bumped by {c_bump}, eager by {e_bump}")
-    for position, (a_e, a_c) in enumerate(zip(eager.after, compiled.after)):
+    for position, (a_e, a_c) in enumerate(zip(eager.after, compiled.after, strict=True)):
         if not isinstance(a_e, torch.Tensor) or not values:
             continue
         what = "self after" if position == 0 else f"input {position} after"
@@ -701,7 +703,7 @@ def _check_inplace_compiled(
                 raise Mismatch("backward", f"{len(targets)} differentiable targets, eager has {len(cotangents)}")
             grads = _grads(targets, [run.leaves[i] for i in grad_leaves], cotangents)
             stage = "grad-check"
-            for position, (g_c, g_e) in enumerate(zip(grads, eager_grads)):
+            for position, (g_c, g_e) in enumerate(zip(grads, eager_grads, strict=True)):
                 leaf = grad_leaves[position]
                 where = "grad of self's leaf" if leaf == 0 else f"grad of input {leaf}"
                 if g_e is None or g_c is None:
