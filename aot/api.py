@@ -23,7 +23,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from aot import cache, entry_cache
+from aot import cache, entry_cache, logs
 from aot.backends import nop
 from aot.binding import defer_unbinding
 from aot.config import AOTConfig, Compiler, PartitionFn
@@ -220,14 +220,15 @@ class AOTFunction:
         mutations; with grad off the traced semantics are inference mode's. The
         compiled call itself runs in the caller's inference mode.
         """
-        if not torch.is_inference_mode_enabled():
-            return self._compile(args, kwargs, key)
-        token = CALLER_IN_INFERENCE_MODE.set(True)
-        try:
-            with torch.inference_mode(False), torch.no_grad():
+        with logs.silenced(not self.config.enable_log):
+            if not torch.is_inference_mode_enabled():
                 return self._compile(args, kwargs, key)
-        finally:
-            CALLER_IN_INFERENCE_MODE.reset(token)
+            token = CALLER_IN_INFERENCE_MODE.set(True)
+            try:
+                with torch.inference_mode(False), torch.no_grad():
+                    return self._compile(args, kwargs, key)
+            finally:
+                CALLER_IN_INFERENCE_MODE.reset(token)
 
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
@@ -317,6 +318,7 @@ def _make_config(
     inference_compiler: Compiler | None,
     dynamic: bool,
     cache_dir: str | os.PathLike[str] | None = None,
+    enable_log: bool = True,
 ) -> AOTConfig:
     if dynamic:
         raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
@@ -329,6 +331,7 @@ def _make_config(
         num_params_buffers=num_params_buffers,
         keep_inference_input_mutations=keep_inference_input_mutations,
         cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        enable_log=enable_log,
     )
 
 
@@ -358,6 +361,7 @@ def aot_function(
         num_params_buffers: how many leading tensor inputs are parameters/buffers.
         keep_inference_input_mutations: let an inference graph keep its input mutations.
         inference_compiler: compiles the graph used when no gradient is needed.
+        enable_log: False: compiling this function logs nothing on the ``aot.*`` channels.
         cache_dir: persistent compile cache (``aot.cache``) for warm starts in new
             processes; default ``$AOTFX_CACHE_DIR``, unset: in-process cache only.
 
@@ -375,6 +379,7 @@ def aot_function(
         inference_compiler,
         dynamic,
         cache_dir,
+        enable_log,
     )
     return AOTFunction(fn, config)
 

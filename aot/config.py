@@ -25,5 +25,7 @@ class AOTConfig:
     decompositions: Mapping[Any, Callable[..., Any]] = field(default_factory=dict)
     num_params_buffers: int = 0
     keep_inference_input_mutations: bool = False
+    # False: this function's compiles log nothing on the ``aot.*`` channels (``aot.logs``).
+    enable_log: bool = True
     # Persistent compile cache directory; None: AOTFX_CACHE_DIR, else in-process only.
     cache_dir: str | None = None

@@ -96,7 +96,8 @@ def runtime_from_graphs(
 
         def compile_backward() -> Any:
             start = time.perf_counter()
-            compiled = _compile("backward", backward_gm, config.bw_compiler, config, restored)
+            with logs.silenced(not config.enable_log):
+                compiled = _compile("backward", backward_gm, config.bw_compiler, config, restored)
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 

@@ -17,16 +17,18 @@ as ``record.aot`` (a dict), for tools that want more than the message.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch.fx as fx
 
-__all__ = ["CHANNELS", "ENV_VAR", "configure", "disable", "log_graph", "logger", "parse"]
+__all__ = ["CHANNELS", "ENV_VAR", "configure", "disable", "log_graph", "logger", "parse", "silenced"]
 
 ENV_VAR = "AOTFX_LOGS"
 CHANNELS = ("graphs", "cache", "layers")
@@ -83,6 +85,28 @@ def disable(spec: str | Iterable[str] | None = "all") -> None:
         log.setLevel(logging.NOTSET)
         for handler in [h for h in log.handlers if getattr(h, _HANDLER_MARK, False)]:
             log.removeHandler(handler)
+
+
+# Set while a function compiled with ``enable_log=False`` compiles: its records are dropped.
+_SILENCED: contextvars.ContextVar[bool] = contextvars.ContextVar("aotfx_logs_silenced", default=False)
+
+
+def _not_silenced(record: logging.LogRecord) -> bool:
+    return not _SILENCED.get()
+
+
+@contextlib.contextmanager
+def silenced(silent: bool = True) -> Iterator[None]:
+    """Drop every channel's records in this context (this thread or task only), if ``silent``."""
+    token = _SILENCED.set(silent or _SILENCED.get())
+    try:
+        yield
+    finally:
+        _SILENCED.reset(token)
+
+
+for _channel in CHANNELS:
+    logger(_channel).addFilter(_not_silenced)
 
 
 def log_graph(kind: str, gm: fx.GraphModule, **fields: Any) -> None:

@@ -286,3 +286,18 @@ def test_env_var_turns_channels_on_at_import():
     env[logs.ENV_VAR] = "nonsense"
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
     assert "unknown AOTFX_LOGS channel" in result.stderr
+
+
+def test_enable_log_false_silences_only_that_function(caplog):
+    def f(x):
+        return x.sin().cos()
+
+    logs.configure("graphs,layers")
+    with caplog.at_level(logging.DEBUG, logger="aot"):
+        x = torch.randn(3, requires_grad=True)
+        aot.aot_function(f, aot.nop, enable_log=False)(x).sum().backward()  # forward and backward compiles
+        assert not [r for r in caplog.records if r.name.startswith("aot.")]
+        aot.aot_function(f, aot.nop)(x).sum().backward()
+    kinds = [r.aot.get("kind") for r in caplog.records if r.name == "aot.graphs"]
+    assert kinds == ["forward", "backward"]
+    assert any(r.name == "aot.layers" for r in caplog.records)
