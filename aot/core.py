@@ -21,6 +21,7 @@ from aot.backends import to_boxed
 from aot.config import AOTConfig
 from aot.failures import backend_errors
 from aot.trace import example_inputs, trace_inference, trace_joint
+from meta.overlap import is_overlap_error
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
@@ -56,7 +57,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         try:
             joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
         except RuntimeError as error:
-            if "modified by an inplace operation" not in str(error):
+            if "modified by an inplace operation" not in str(error) and not is_overlap_error(error):
                 raise
             # Eager runs this forward and fails only in backward: so do we.
             return _forward_only(stage, config, entry, error)

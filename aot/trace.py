@@ -27,6 +27,7 @@ from aot.partition import output_values
 from meta.alias import AliasAnalysis
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
+from meta.overlap import EagerOverlapChecks
 from meta.storage import fake_inputs
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -112,9 +113,12 @@ def trace_joint(
             kept = [i for i, out in enumerate(differentiable) if out.requires_grad]
             differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
         if differentiable and wants_grad:
-            found = torch.autograd.grad(
-                differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
-            )
+            # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
+            # the trace, and the caller makes the compiled backward raise it.
+            with EagerOverlapChecks():
+                found = torch.autograd.grad(
+                    differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
+                )
             for arg_idx, grad in zip(wants_grad, found, strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]

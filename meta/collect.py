@@ -28,7 +28,8 @@ from torch.utils._pytree import tree_map_only
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.storage import expanded_dims, fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
+from meta.overlap import INTERNAL_OVERLAP_ALLOWED, EagerOverlapChecks, eager_overlap_error, is_overlap_error
+from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -97,22 +98,6 @@ ABSOLUTE_OFFSET_OPS = frozenset(
 _INPLACE_VIEW_METHODS = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
 )
-# Writes eager allows into a tensor with several indices per memory element (an expanded one); every
-# other write there raises in eager, where fake tensors do not check.
-_OVERLAPPING_WRITES_ALLOWED = frozenset(
-    {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_", "index_fill_"}
-)
-# Writes eager refuses when a value read shares memory with the tensor written.
-_NO_OVERLAP_WITH_VALUES = frozenset({"index_put_", "_index_put_impl_"})
-_OVERLAP = (
-    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
-    "location. Please clone() the tensor before performing the operation."
-)
-_INTERNAL_OVERLAP = (
-    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
-    "Please clone() the tensor before performing the operation."
-)
-
 # Methods that must act on the user's tensor object itself, never on a stand-in.
 _OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
 
@@ -345,25 +330,19 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
-        if torch.Tag.inplace_view in func.tags:
+        message = eager_overlap_error(func, args, kwargs)
+        if message is not None:
+            raise RuntimeError(message)
+        if torch.Tag.inplace_view in func.tags or func._schema.name.split("::")[-1] in INTERNAL_OVERLAP_ALLOWED:
             return
-        name = func._schema.name.split("::")[-1]
         for position in written_positions(func, args):
             value = _argument(func, args, kwargs, position)
-            if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-                continue
-            if name not in _OVERLAPPING_WRITES_ALLOWED and expanded_dims(value.shape, value.stride()):
-                raise RuntimeError(_INTERNAL_OVERLAP)
-            if name not in _OVERLAPPING_WRITES_ALLOWED and _may_overlap_itself(value):
+            if isinstance(value, torch.Tensor) and _may_overlap_itself(value):
                 raise UnsupportedMutationError(
                     f"{func} writes into a tensor whose elements share memory with each other (an unfold or "
                     "as_strided view, say): eager's result depends on the order its kernel writes them in, "
                     "which a compiled graph does not reproduce. Write into a tensor that does not overlap itself."
                 )
-            if name in _NO_OVERLAP_WITH_VALUES:
-                for other in args[position + 1 :]:
-                    if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
-                        raise RuntimeError(_OVERLAP)
 
     def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
         key = self._alias_sources.get(id(arg))
@@ -650,19 +629,21 @@ def _from_final_geometry(
 
 
 def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
-    """Run eager's backward on the fakes: the in-place-modification error it raises, if any.
+    """Run eager's backward on the fakes: the in-place-modification or overlap error it raises, if any.
 
     Writes into inputs bump version counters shared with other inputs and their
-    views, which the compiled graphs (working on copies) cannot see.
+    views, which the compiled graphs (working on copies) cannot see; a write into an
+    expanded input leaves a history whose backward writes an expanded gradient.
     """
     differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
     if not differentiable or not any(f.requires_grad for f in fakes):
         return None
     try:
         # All the way to the leaves, as ``loss.backward()`` goes (``autograd.grad`` to the inputs stops short).
-        torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
+        with EagerOverlapChecks():
+            torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
     except RuntimeError as error:
-        if "modified by an inplace operation" in str(error):
+        if "modified by an inplace operation" in str(error) or is_overlap_error(error):
             return str(error)
     return None
 

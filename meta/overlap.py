@@ -1,0 +1,162 @@
+"""Eager's memory-overlap errors, which fake kernels do not raise.
+
+Eager refuses some writes by the geometry of the tensors alone (ATen's
+``MemoryOverlap.cpp``): into a tensor with several indices per memory element
+(an expanded one), or into memory that a value the op reads only partly shares
+(or, for the index ops, shares at all). Fake and meta kernels skip these
+checks, so a trace on fakes would run a program eager rejects; the metadata
+collection and the traces apply them here, forward and backward.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from meta.alias import written_positions
+from meta.storage import expanded_dims, storage_key
+
+__all__ = [
+    "INTERNAL_OVERLAP",
+    "INTERNAL_OVERLAP_ALLOWED",
+    "OVERLAP",
+    "EagerOverlapChecks",
+    "eager_overlap_error",
+    "is_overlap_error",
+]
+
+OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
+
+# Writes eager allows into a tensor with several indices per memory element (an expanded one).
+INTERNAL_OVERLAP_ALLOWED = frozenset(
+    {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_", "index_fill_"}
+)
+# Ops refusing any shared memory (full or partial) between what they write and a tensor they read
+# (``assert_no_overlap``).
+_NO_OVERLAP = frozenset(
+    {
+        "index_put_",
+        "_index_put_impl_",
+        "index_add_",
+        "index_copy_",
+        "index_reduce_",
+        "scatter_",
+        "scatter_add_",
+        "scatter_reduce_",
+        "put_",
+    }
+)
+
+
+class _Overlap(enum.Enum):
+    NO = enum.auto()
+    FULL = enum.auto()
+    PARTIAL = enum.auto()
+    TOO_HARD = enum.auto()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> _Overlap:
+    """ATen's ``get_overlap_status``: only dense, non-overlapping tensors are judged."""
+    if a is b:
+        return _Overlap.FULL
+    if a.numel() == 0 or b.numel() == 0:
+        return _Overlap.NO
+    if not is_non_overlapping_and_dense_or_false(a) or not is_non_overlapping_and_dense_or_false(b):
+        return _Overlap.TOO_HARD
+    if storage_key(a) != storage_key(b):
+        return _Overlap.NO
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if (a_begin, a_end) == (b_begin, b_end):
+        return _Overlap.FULL if a.stride() == b.stride() else _Overlap.PARTIAL
+    return _Overlap.PARTIAL if a_begin < b_end and b_begin < a_end else _Overlap.NO
+
+
+def _is_tensor_iterator_op(func: Any) -> bool:
+    """Whether ``func``'s kernel is a TensorIterator (pointwise ops and ``copy_``): it refuses a read
+    that partly overlaps what it writes."""
+    if torch.Tag.pointwise in func.tags or func._schema.name == "aten::copy_":
+        return True
+    # An in-place or out= overload is tagged less often than the functional one (where.self_out).
+    packet = getattr(torch.ops.aten, func._schema.name.split("::")[-1].removesuffix("_"), None)
+    return packet is not None and any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+
+
+def _same_data(a: torch.Tensor, b: Any) -> bool:
+    """``copy_``'s early exit: the source is the destination's very memory, as it sees it."""
+    return (
+        isinstance(b, torch.Tensor)
+        and b.layout == torch.strided
+        and storage_key(a) == storage_key(b)
+        and (a.shape, a.stride(), a.storage_offset(), a.dtype) == (b.shape, b.stride(), b.storage_offset(), b.dtype)
+        and (a.is_neg(), a.is_conj()) == (b.is_neg(), b.is_conj())
+    )
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+        elif isinstance(value, torch.Tensor) and value.layout == torch.strided:
+            yield value
+
+
+def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
+    argument = func._schema.arguments[position]
+    return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
+
+
+def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | None:
+    """The message of the overlap error eager raises for this call, or ``None`` if it raises none."""
+    if torch.Tag.inplace_view in func.tags:
+        return None
+    name = func._schema.name.split("::")[-1]
+    positions = written_positions(func, args)
+    targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
+    if name == "copy_" and targets and _same_data(targets[0], args[1] if len(args) > 1 else None):
+        return None  # copy_ returns before any check
+    others = range(len(func._schema.arguments))
+    reads = list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+    check_partial = _is_tensor_iterator_op(func)
+    for target in targets:
+        if name not in INTERNAL_OVERLAP_ALLOWED and expanded_dims(target.shape, target.stride()):
+            return INTERNAL_OVERLAP
+        for read in reads:
+            status = _overlap(target, read)
+            # A TensorIterator allows a read of exactly the memory it writes; the index ops allow none.
+            if status is _Overlap.PARTIAL and (check_partial or name in _NO_OVERLAP):
+                return OVERLAP
+            if status is _Overlap.FULL and name in _NO_OVERLAP:
+                return OVERLAP
+    return None
+
+
+def is_overlap_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of eager's overlap errors (raised by eager or by these checks)."""
+    return isinstance(error, RuntimeError) and str(error) in (OVERLAP, INTERNAL_OVERLAP)
+
+
+class EagerOverlapChecks(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Raise eager's overlap errors for the ops run under it (a backward run on fakes, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        message = eager_overlap_error(func, args, kwargs)
+        if message is not None:
+            raise RuntimeError(message)
+        return func(*args, **kwargs)

@@ -1,0 +1,134 @@
+"""Custom ``torch.autograd.Function``s inside compiled functions, and eager's overlap errors.
+
+Two classes of programs, compiled vs eager (``tests.oracle.check``):
+
+- autograd.Functions whose forward returns its input after the caller wrote it,
+  or whose backward writes a saved input or ``grad_output``;
+- writes eager refuses by memory geometry alone (``MemoryOverlap.cpp``), which fake
+  kernels do not check: a read partly overlapping what a pointwise op or ``copy_``
+  writes (through ``.data`` too), a write into an expanded tensor, a ``copy_`` of a
+  tensor onto its very memory (eager's early exit, no check), and a write into an
+  expanded view whose backward writes an expanded gradient (eager raises in the backward).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.oracle import check
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _partly_overlapping(grad: bool):
+    """Two (2, 3, 4) views of one storage sharing 11 elements."""
+
+    def make():
+        base = torch.randn(37, generator=_gen()).requires_grad_(grad)
+        return base[0:24].view(2, 3, 4), base[13:37].view(2, 3, 4)
+
+    return make
+
+
+def _copy_through_data(a, b):
+    b.data.copy_(a)
+    return ()
+
+
+def _add_through_detach(a, b):
+    a.detach().add_(b)
+    return (a * 1,)
+
+
+def _copy_partly_overlapping(a, b):
+    a.copy_(b)
+    return (a * 1,)
+
+
+def _exp_out_partly_overlapping(a, b):
+    torch.exp(b, out=a)
+    return (a * 1,)
+
+
+def _where_out_partly_overlapping(a, b):
+    torch.where(b > 0, b, b * 2, out=a)
+    return (a * 1,)
+
+
+def _index_copy_of_itself(a, b):
+    a.view(-1).index_copy_(0, torch.arange(24), a.detach().view(-1))
+    return (a * 1,)
+
+
+def _copy_onto_its_memory(a):
+    a.detach().data.copy_(a)
+    return ()
+
+
+def _expanded_input():
+    return (torch.randn((), generator=_gen()).expand(2).detach().requires_grad_(),)
+
+
+def _index_put_into_expanded(a):
+    a.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return (a.sum(),)
+
+
+def _expanded_non_leaf():
+    return ((torch.randn(1, 4, generator=_gen()).requires_grad_() * 1).expand(2, 4),)
+
+
+def _fill_expanded_view_of_intermediate(x):
+    y = x * 1
+    y.expand(2, 4).fill_(2.0)
+    return (y.sum(),)
+
+
+def _fill_expanded_view_unused_by_output(x):
+    y = x * 1
+    y.expand(2, 4).fill_(2.0)
+    return (x * 3,)
+
+
+def _leaf_1x4():
+    return (torch.randn(1, 4, generator=_gen()).requires_grad_(),)
+
+
+OVERLAP_PROGRAMS = {
+    "copy_through_data": (_copy_through_data, _partly_overlapping(True)),
+    "copy_through_data_no_grad_inputs": (_copy_through_data, _partly_overlapping(False)),
+    "add_through_detach": (_add_through_detach, _partly_overlapping(False)),
+    "copy_partly_overlapping": (_copy_partly_overlapping, _partly_overlapping(False)),
+    "exp_out_partly_overlapping": (_exp_out_partly_overlapping, _partly_overlapping(False)),
+    "where_out_partly_overlapping": (_where_out_partly_overlapping, _partly_overlapping(False)),
+    "index_copy_of_itself": (_index_copy_of_itself, _partly_overlapping(False)),
+    "copy_onto_its_expanded_memory": (_copy_onto_its_memory, _expanded_input),
+    "index_put_into_expanded_input": (_index_put_into_expanded, _expanded_non_leaf),
+    "fill_expanded_view_of_intermediate": (_fill_expanded_view_of_intermediate, _leaf_1x4),
+    "fill_expanded_view_unused_by_output": (_fill_expanded_view_unused_by_output, _leaf_1x4),
+}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_expanded_writes():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Use of index_put_ on expanded tensors is deprecated")
+        yield
+
+
+@pytest.mark.parametrize("name", OVERLAP_PROGRAMS)
+def test_overlap_training(name):
+    fn, make = OVERLAP_PROGRAMS[name]
+    check(fn, make)
+
+
+@pytest.mark.parametrize("name", OVERLAP_PROGRAMS)
+def test_overlap_no_grad(name):
+    fn, make = OVERLAP_PROGRAMS[name]
+    with torch.no_grad():
+        check(fn, make, backward=False)
