@@ -31,6 +31,7 @@ from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.overlap import INTERNAL_OVERLAP_ALLOWED, EagerOverlapChecks, eager_overlap_error, is_overlap_error
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
+    FunctionView,
     InputAliasInfo,
     OutputAliasInfo,
     OutputType,
@@ -563,7 +564,11 @@ def collect_meta(
         if not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and autograd.Function keeps it a view of the input it aliases.
-            output_info.append(info(OutputType.NON_ALIAS, hidden_view=id(root) not in input_position))
+            if id(root) in input_position:
+                function_view = FunctionView(input_position[id(root)], chain)
+                output_info.append(info(OutputType.NON_ALIAS, function_view=function_view))
+            else:
+                output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
             continue
         if id(root) in input_position:
             base = input_position[id(root)]

@@ -19,6 +19,7 @@ import torch
 from meta.indices import IntermediateBase, UserArg, UserOut
 
 __all__ = [
+    "FunctionView",
     "InputAliasInfo",
     "OutputAliasInfo",
     "OutputType",
@@ -174,6 +175,15 @@ class InputAliasInfo:
 
 
 @dataclass(frozen=True)
+class FunctionView:
+    """An autograd.Function returned an input, or a view of one: eager's output is that view of the
+    input (it sees the input's later writes), with the Function's backward as its history."""
+
+    base_input: UserArg
+    view_chain: tuple[ViewStep, ...]
+
+
+@dataclass(frozen=True)
 class OutputAliasInfo:
     """How one output aliases, and where an aliasing output is regenerated from.
 
@@ -197,6 +207,9 @@ class OutputAliasInfo:
     # A computed output that eager returns as a view of a tensor the caller never sees (an
     # autograd.Function returning its argument): returned as a view of the graph's value too.
     hidden_view: bool = False
+    # A computed output that eager returns as a view of an input made by an autograd.Function: the
+    # graph computes its history, the caller gets it on the view of the input.
+    function_view: FunctionView | None = None
     # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
     is_leaf: bool = False
 
@@ -218,6 +231,8 @@ class OutputAliasInfo:
             raise ValueError(f"{self.output_type}: inconsistent base fields {sorted(set_fields)}")
         if allowed[self.output_type] and not set_fields:
             raise ValueError(f"{self.output_type} needs a base")
+        if self.function_view is not None and self.output_type != OutputType.NON_ALIAS:
+            raise ValueError(f"{self.output_type}: only a computed output is a Function's view of an input")
         has_chain = self.output_type in (OutputType.ALIAS_OF_INPUT, OutputType.ALIAS_OF_INTERMEDIATE)
         if bool(self.view_chain) != has_chain:
             raise ValueError(f"{self.output_type}: a view chain is {'required' if has_chain else 'not allowed'}")
@@ -261,8 +276,10 @@ class ViewAndMutationMeta:
         used_bases: set[int] = set()
         for out_idx, info in enumerate(self.output_info):
             where = f"output {out_idx}"
-            if info.base_input is not None and not 0 <= info.base_input < num_inputs:
-                raise ValueError(f"{where}: base input {info.base_input} out of range ({num_inputs} inputs)")
+            function_base = info.function_view.base_input if info.function_view is not None else None
+            for base_input in (info.base_input, function_base):
+                if base_input is not None and not 0 <= base_input < num_inputs:
+                    raise ValueError(f"{where}: base input {base_input} out of range ({num_inputs} inputs)")
             if info.base_output is not None:
                 if not 0 <= info.base_output < num_outputs or info.base_output == out_idx:
                     raise ValueError(f"{where}: base output {info.base_output} is not another output")

@@ -132,3 +132,96 @@ def test_overlap_no_grad(name):
     fn, make = OVERLAP_PROGRAMS[name]
     with torch.no_grad():
         check(fn, make, backward=False)
+
+
+class Identity(torch.autograd.Function):
+    """Returns its input as is: eager's output is a view of it whose backward halves the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+class TailView(torch.autograd.Function):
+    """Returns a view of its input, with a backward of its own."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x[1:]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.cat([grad[:1] * 0, grad * 3])
+
+
+def _non_leaf(*shape: int):
+    return lambda: ((torch.randn(*shape, generator=_gen()).requires_grad_() * 1),)
+
+
+def _plain(*shape: int):
+    return lambda: (torch.randn(*shape, generator=_gen()),)
+
+
+def _identity_after_write(a):
+    a.add_(1)
+    return (Identity.apply(a),)
+
+
+def _identity_then_write_through_data(a):
+    out = Identity.apply(a)
+    a.data.sigmoid_()
+    return (out,)
+
+
+def _identity_then_write(a):
+    out = Identity.apply(a)
+    a.mul_(2)
+    return (out * 1,)
+
+
+def _identity_of_slice_after_write(a):
+    a.add_(1)
+    return (Identity.apply(a[1:]),)
+
+
+def _tail_view_after_write(a):
+    a.mul_(3)
+    return (TailView.apply(a),)
+
+
+def _identity_of_same_input_twice(a, b):
+    a.add_(1)
+    return (Identity.apply(b),)
+
+
+def _same_tensor_twice():
+    x = torch.randn(4, generator=_gen()).requires_grad_() * 1
+    return (x, x)
+
+
+FUNCTION_PROGRAMS = {
+    "identity_after_write": (_identity_after_write, _non_leaf(2, 3)),
+    "identity_after_write_no_grad_input": (_identity_after_write, _plain(2, 3)),
+    "identity_then_write_through_data": (_identity_then_write_through_data, _non_leaf(2, 3)),
+    "identity_then_write": (_identity_then_write, _non_leaf(2, 3)),
+    "identity_of_slice_after_write": (_identity_of_slice_after_write, _non_leaf(4)),
+    "tail_view_after_write": (_tail_view_after_write, _non_leaf(4)),
+    "identity_of_same_input_twice": (_identity_of_same_input_twice, _same_tensor_twice),
+}
+
+
+@pytest.mark.parametrize("name", FUNCTION_PROGRAMS)
+def test_function_training(name):
+    fn, make = FUNCTION_PROGRAMS[name]
+    check(fn, make)
+
+
+@pytest.mark.parametrize("name", FUNCTION_PROGRAMS)
+def test_function_no_grad(name):
+    fn, make = FUNCTION_PROGRAMS[name]
+    with torch.no_grad():
+        check(fn, make, backward=False)

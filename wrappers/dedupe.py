@@ -45,9 +45,12 @@ class Dedupe:
             return flat_fn(*(args[inner] for inner in positions))
 
         def renumbered(info: OutputAliasInfo) -> OutputAliasInfo:
+            # The meta of a stage indexes that stage's own arguments.
+            if info.function_view is not None:
+                base = UserArg(to_inner[info.function_view.base_input])
+                info = dataclasses.replace(info, function_view=dataclasses.replace(info.function_view, base_input=base))
             if info.base_input is None:
                 return info
-            # The meta of a stage indexes that stage's own arguments.
             return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))
 
         inner_meta = dataclasses.replace(

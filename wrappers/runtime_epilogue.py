@@ -82,10 +82,12 @@ class RuntimeEpilogue:
             )
             for arg_idx in mutated
         )
+        # Below, a Function's view of an input is a computed output like any other.
+        computed_info = tuple(dataclasses.replace(meta.output_info[i], function_view=None) for i in computed)
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(_unmutated(info) for info in meta.input_info),
-            output_info=tuple(meta.output_info[i] for i in computed) + meta.intermediate_bases + new_values,
+            output_info=computed_info + meta.intermediate_bases + new_values,
             intermediate_bases=(),
         )
         return Stage(inner_fn, outer.args, inner_meta)
@@ -108,6 +110,7 @@ class RuntimeEpilogue:
         ):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
+        mutated = {arg for arg, _, _ in writes}
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             versions = [version(args[arg]) for arg, _, _ in writes]
@@ -142,6 +145,11 @@ class RuntimeEpilogue:
                 )
             for out_idx, info in plan:
                 kind = info.output_type
+                view = info.function_view
+                if view is not None and view.base_input in mutated:
+                    # The graph wrote a copy of the input: the Function's output is a view of the caller's.
+                    of_input = replay_views(args[view.base_input], view.view_chain, made)
+                    outs[out_idx] = _ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
@@ -166,6 +174,18 @@ class RuntimeEpilogue:
             return outs
 
         return run
+
+
+class _ViewWithHistory(torch.autograd.Function):
+    """``view``, returned as an autograd.Function returns its input, with ``value``'s history."""
+
+    @staticmethod
+    def forward(ctx: Any, view: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return view
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
 
 
 def _unmutated(info: Any) -> Any:

@@ -208,10 +208,7 @@ class SyntheticBase:
         )
         # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
         inner_position = {arg: UserArg(position) for position, arg in enumerate(plain)}
-        kept_info = tuple(
-            info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
-            for info in split.inner_output_info(meta)
-        )
+        kept_info = tuple(_renumbered(info, inner_position) for info in split.inner_output_info(meta))
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(meta.input_info[arg] for arg in plain)
@@ -274,6 +271,16 @@ class SyntheticBase:
             return outs
 
         return run
+
+
+def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -> OutputAliasInfo:
+    """A kept output's info in the inner input positions (it aliases plain inputs only)."""
+    if info.function_view is not None:
+        base = inner_position.get(info.function_view.base_input)
+        # A Function's view of a merged input: the graph's value is returned, a view of no caller tensor.
+        view = None if base is None else dataclasses.replace(info.function_view, base_input=base)
+        info = dataclasses.replace(info, function_view=view)
+    return info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
 
 
 def _merged(infos: Sequence[InputAliasInfo]) -> InputAliasInfo:
