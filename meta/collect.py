@@ -376,6 +376,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return tensor, (), None  # only in-place metadata changes of a tensor that is no view
         return node.tensor, tuple(reversed(steps)), geometry
 
+    def made_by_custom_function(self, tensor: torch.Tensor, depth: int) -> bool:
+        """Whether ``tensor`` or one of the ``depth - 1`` views above it is an autograd.Function's output:
+        its history is that Function's backward, which replaying the views from their root loses."""
+        node = self.nodes.get(id(tensor))
+        if node is None or node.tensor is not tensor:
+            return False
+        for _ in range(depth):
+            if node is None or _made_by_custom_function(node.tensor):
+                return node is not None
+            node = node.parent
+        return False
+
     def root(self, tensor: torch.Tensor, depth: int) -> torch.Tensor:
         """The tensor ``depth`` view steps above ``tensor``."""
         node = self.nodes[id(tensor)]
@@ -561,7 +573,9 @@ def collect_meta(
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
             continue
-        if not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
+        if recorder.made_by_custom_function(out, len(chain)) or not _replay_gives_eagers_autograd(
+            fresh_views.fresh(out), root, chain, fake_mode
+        ):
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and autograd.Function keeps it a view of the input it aliases.
             if id(root) in input_position:
@@ -610,8 +624,6 @@ def _replay_gives_eagers_autograd(
 ) -> bool:
     """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history."""
     try:
-        if isinstance(out.grad_fn, torch.autograd.function.BackwardCFunction):
-            return False
         with fake_mode:
             replayed = replay_views(root, chain)
     except Exception:

@@ -198,6 +198,19 @@ def _identity_of_same_input_twice(a, b):
     return (Identity.apply(b),)
 
 
+def _slice_of_identity(a):
+    return (Identity.apply(a)[0:2],)
+
+
+def _slice_of_identity_after_write(a):
+    a.add_(1)
+    return (Identity.apply(a)[0:2],)
+
+
+def _slice_of_identity_of_intermediate(a):
+    return (Identity.apply(a * 2)[0:2],)
+
+
 def _same_tensor_twice():
     x = torch.randn(4, generator=_gen()).requires_grad_() * 1
     return (x, x)
@@ -211,6 +224,9 @@ FUNCTION_PROGRAMS = {
     "identity_of_slice_after_write": (_identity_of_slice_after_write, _non_leaf(4)),
     "tail_view_after_write": (_tail_view_after_write, _non_leaf(4)),
     "identity_of_same_input_twice": (_identity_of_same_input_twice, _same_tensor_twice),
+    "slice_of_identity": (_slice_of_identity, _non_leaf(4)),
+    "slice_of_identity_after_write": (_slice_of_identity_after_write, _non_leaf(4)),
+    "slice_of_identity_of_intermediate": (_slice_of_identity_of_intermediate, _non_leaf(4)),
 }
 
 
