@@ -719,7 +719,7 @@ def _input_info(
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:
     try:
         return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
-    except RuntimeError:
+    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 
