@@ -251,7 +251,14 @@ class AOTFunction:
             entry = CompiledEntry(meta=stage.meta)
             core = partial(compile_core, config=self.config, entry=entry)
             entry.runtime = compile_through(default_layers(), stage, core)
-            if directory and stored_key and not entry.extra.get("forward_only"):
+            # Not stored: a forward-only entry, or one whose backward writes its inputs (which the graphs
+            # alone do not say).
+            if (
+                directory
+                and stored_key
+                and not entry.extra.get("forward_only")
+                and not entry.extra.get("backward_writes")
+            ):
                 graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
                 entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
             return entry, convention

@@ -4,7 +4,9 @@ The forward runs the compiled forward graph and saves what it returns for the
 backward through ``ctx.save_for_backward`` (so autograd's version-counter
 checks see later in-place changes). The backward graph is compiled on the first
 backward only. A second derivative raises ``DoubleBackwardError`` rather than
-returning a silently wrong one.
+returning a silently wrong one. Where an autograd.Function's backward wrote a
+saved input or its ``grad_output`` in place, the backward graph returns their
+new values too, copied into those tensors as eager's write landed in them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def make_training_runtime(
     forward: BoxedFn,
     compile_backward: Callable[[], BoxedFn],
     meta: ViewAndMutationMeta,
+    backward_writes: Sequence[int] = (),
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -79,8 +82,13 @@ def make_training_runtime(
         forward: the compiled forward, returning outputs then saved values.
         compile_backward: compiles the backward on first use; called at most once.
         meta: the core's meta; every output is graph-computed.
+        backward_writes: the backward graph's placeholders (primals, then tangents) that an
+            autograd.Function's backward wrote in place; the backward returns their new values
+            after the gradients, and they are copied into the tensors passed there.
     """
     num_outputs = len(meta.output_info)
+    num_primals = len(meta.input_info)
+    written_primals = [p for p in backward_writes if p < num_primals]
     non_differentiable = [i for i, info in enumerate(meta.output_info) if not info.is_differentiable]
     tangent_outputs = meta.traced_tangents
     tangent_specs = [meta.output_info[i].spec for i in tangent_outputs]
@@ -106,6 +114,9 @@ def make_training_runtime(
             # back in the backward with this node as its grad_fn, the edge to the primals' history.
             anchor = torch.empty(0)
             ctx.save_for_backward(*saved, anchor)
+            # Held, not saved: eager checks the versions of what the Function saved, and the compiled
+            # forward saves those; these are only where the backward's writes land.
+            ctx.written_primals = [args[p] for p in written_primals]
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
             return (*outputs, anchor)
 
@@ -120,8 +131,19 @@ def make_training_runtime(
                 # create_graph=True: every gradient gets a history, through the anchor back to the
                 # primals, whose backward raises. Without it a gradient computed from saved values
                 # (which carry no history) would look constant: zeros, or a silently missing edge.
-                return _CompiledBackward.apply(run_backward, anchor, *args)  # type: ignore[no-untyped-call]
-            return tuple(run_backward(args))
+                results = _CompiledBackward.apply(run_backward, anchor, *args)  # type: ignore[no-untyped-call]
+            else:
+                results = tuple(run_backward(args))
+            if backward_writes:
+                tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
+                targets = [
+                    *ctx.written_primals,
+                    *(tangent_inputs[p - num_primals] for p in backward_writes[len(written_primals) :]),
+                ]
+                with torch.no_grad():
+                    for target, value in zip(targets, results[num_primals:], strict=True):
+                        target.copy_(value)
+            return results[:num_primals]
 
     def run(args: list[Any]) -> list[Any]:
         if not torch.is_grad_enabled():

@@ -62,6 +62,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
             # Eager runs this forward and fails only in backward: so do we.
             return _forward_only(stage, config, entry, error)
         entry.joint = joint
+        entry.extra["backward_writes"] = tuple(joint.meta["mutated_inputs"])
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
     else:
@@ -102,7 +103,7 @@ def runtime_from_graphs(
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
-        return make_training_runtime(forward, compile_backward, meta)
+        return make_training_runtime(forward, compile_backward, meta, entry.extra.get("backward_writes", ()))
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from meta.indices import GraphArg, GraphOut
 
-__all__ = ["DESC", "Descriptor", "ForwardOutput", "Grad", "Primal", "Saved", "Tangent"]
+__all__ = ["DESC", "Descriptor", "ForwardOutput", "Grad", "InputWrite", "Primal", "Saved", "Tangent"]
 
 DESC = "desc"
 
@@ -53,4 +53,14 @@ class Saved:
     name: str
 
 
-Descriptor = Primal | Tangent | ForwardOutput | Grad | Saved
+@dataclass(frozen=True)
+class InputWrite:
+    """The new value of graph input ``placeholder`` (its position among the placeholders, primals then
+    tangents), which an autograd.Function's backward wrote in place: the runtime copies it into the
+    tensor passed there, as eager's write landed in it."""
+
+    placeholder: int
+    name: str
+
+
+Descriptor = Primal | Tangent | ForwardOutput | Grad | Saved | InputWrite

@@ -18,17 +18,19 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aot.binding import bindings_held
-from aot.descriptors import DESC, ForwardOutput, Grad, Primal, Tangent
+from aot.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
 from aot.functionalize import functionalize
 from aot.inspect import recording_source_lines
 from aot.partition import output_values
-from meta.alias import AliasAnalysis
+from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
+from meta.errors import UnsupportedMutationError
 from meta.indices import GraphArg, GraphOut
 from meta.overlap import EagerOverlapChecks
-from meta.storage import fake_inputs
+from meta.storage import fake_inputs, storage_key
 from meta.view_and_mutation import ViewAndMutationMeta
 
 __all__ = ["example_inputs", "fake_tangent", "identifier", "trace_inference", "trace_joint"]
@@ -99,11 +101,14 @@ def trace_joint(
     grad_mode = torch.is_grad_enabled()
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
+    backward_writes = _BackwardWrites()
+
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
         with torch.set_grad_enabled(grad_mode), fresh_views if meta.fresh_views else contextlib.nullcontext():
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
+        backward_writes.outputs = outs
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
         cotangents = list(tangent_args)
@@ -115,7 +120,7 @@ def trace_joint(
         if differentiable and wants_grad:
             # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
             # the trace, and the caller makes the compiled backward raise it.
-            with EagerOverlapChecks():
+            with EagerOverlapChecks(), backward_writes:
                 found = torch.autograd.grad(
                     differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
                 )
@@ -133,7 +138,11 @@ def trace_joint(
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
     placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
     placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
-    gm = _finish(gm, placeholder_names, descs, out_descs)
+    # An autograd.Function's backward may write a saved input or its grad_output in place, as eager
+    # allows: the graph returns their new values last, for the runtime to copy into those tensors.
+    written = backward_writes.placeholders([*primals, *tangents])
+    backward_writes.refuse_writes_into_outputs([*primals, *tangents])
+    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
     return gm
 
@@ -234,8 +243,47 @@ def trace_inference(
     return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, drop_input_copies=True)
 
 
+class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the storages written while the backward is traced."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.storages: dict[int, str] = {}  # storage -> the first op writing it
+        self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        for position in written_positions(func, args):
+            written = args[position] if position < len(args) else None
+            if isinstance(written, torch.Tensor) and torch.Tag.inplace_view not in func.tags:
+                self.storages.setdefault(storage_key(written), str(func))
+        return func(*args, **(kwargs or {}))
+
+    def placeholders(self, inputs: Sequence[torch.Tensor]) -> frozenset[int]:
+        """The positions of ``inputs`` whose memory the backward wrote."""
+        return frozenset(i for i, tensor in enumerate(inputs) if storage_key(tensor) in self.storages)
+
+    def refuse_writes_into_outputs(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Refuse a backward write into memory the forward returned (not an input's): eager's caller sees
+        it change after the backward, a compiled call's outputs are graph values computed before it."""
+        own = {storage_key(tensor) for tensor in inputs}
+        for out in self.outputs:
+            key = storage_key(out) if isinstance(out, torch.Tensor) else None
+            if key in self.storages and key not in own:
+                raise UnsupportedMutationError(
+                    f"an autograd.Function's backward writes ({self.storages[key]}) into a tensor the compiled "
+                    "function returns, or into an input the function also wrote: the write would have to "
+                    "change a tensor the caller already holds. Clone what the Function saves, or write it "
+                    "outside the backward."
+                )
+
+
 def _finish(
-    gm: fx.GraphModule, names: list[str], descs: list[Any], out_descs: list[Any], drop_input_copies: bool = False
+    gm: fx.GraphModule,
+    names: list[str],
+    descs: list[Any],
+    out_descs: list[Any],
+    drop_input_copies: bool = False,
+    writes_allowed: frozenset[int] = frozenset(),
 ) -> fx.GraphModule:
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
@@ -246,8 +294,9 @@ def _finish(
         node.meta[DESC] = desc
     # Every graph a backend sees is functional; the layers above guarantee no input is written.
     functionalize(gm)
-    if gm.meta["mutated_inputs"]:
+    if not set(gm.meta["mutated_inputs"]) <= writes_allowed:
         raise AssertionError(f"the traced function writes graph inputs {gm.meta['mutated_inputs']}")
+    out_descs = out_descs + [InputWrite(i, names[i]) for i in gm.meta["mutated_inputs"]]
     graph = gm.graph
     # After functionalization: before it, a detached alias is another tensor whose geometry may change.
     for node in list(graph.nodes):
