@@ -28,7 +28,13 @@ from torch.utils._pytree import tree_map_only
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.overlap import INTERNAL_OVERLAP_ALLOWED, EagerOverlapChecks, eager_overlap_error, is_overlap_error
+from meta.overlap import (
+    INTERNAL_OVERLAP_ALLOWED,
+    EagerOverlapChecks,
+    eager_overlap_error,
+    is_overlap_error,
+    order_dependent_read,
+)
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
     FunctionView,
@@ -334,6 +340,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         message = eager_overlap_error(func, args, kwargs)
         if message is not None:
             raise RuntimeError(message)
+        if order_dependent_read(func, args, kwargs) is not None:
+            raise UnsupportedMutationError(
+                f"{func} reads memory it also writes, at other indices, through a tensor that is not dense "
+                "(an expanded or strided view of the written memory, say): eager's result depends on the order "
+                "its kernel visits the elements in, which a compiled graph does not reproduce. Clone the tensor "
+                "read first."
+            )
         if torch.Tag.inplace_view in func.tags or func._schema.name.split("::")[-1] in INTERNAL_OVERLAP_ALLOWED:
             return
         for position in written_positions(func, args):

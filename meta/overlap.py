@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from meta.alias import written_positions
-from meta.storage import expanded_dims, storage_key
+from meta.storage import expanded_dims, intersect, storage_extent, storage_key
 
 __all__ = [
     "INTERNAL_OVERLAP",
@@ -28,6 +29,7 @@ __all__ = [
     "EagerOverlapChecks",
     "eager_overlap_error",
     "is_overlap_error",
+    "order_dependent_read",
 ]
 
 OVERLAP = (
@@ -140,6 +142,43 @@ def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | N
                 return OVERLAP
             if status is _Overlap.FULL and name in _NO_OVERLAP:
                 return OVERLAP
+    return None
+
+
+def _element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The storage offset of each element of ``tensor`` broadcast to ``shape`` (a real tensor)."""
+    with unset_fake_temporarily():
+        extent = int(tensor.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride()))
+        positions = torch.arange(extent).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        return positions.expand(shape)
+
+
+def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """A tensor that a pointwise op or ``copy_`` reads at one index from memory it writes at another,
+    where eager's checks let it through (neither tensor dense): eager's result then depends on the order
+    its kernel visits the elements in, which a compiled graph does not reproduce."""
+    if torch.Tag.inplace_view in func.tags or not _is_tensor_iterator_op(func):
+        return None
+    positions = written_positions(func, args)
+    targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
+    others = range(len(func._schema.arguments))
+    reads = list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+    for target in targets:
+        for read in reads:
+            if _overlap(target, read) is not _Overlap.TOO_HARD or storage_key(target) != storage_key(read):
+                continue
+            if not intersect(storage_extent(target), storage_extent(read)):
+                continue
+            if target.element_size() != read.element_size():
+                return read  # elements of different widths on one memory: not worth telling apart
+            try:
+                written = _element_offsets(target, target.shape)
+                read_at = _element_offsets(read, target.shape)
+            except RuntimeError:
+                continue  # not broadcastable: the op itself raises
+            with unset_fake_temporarily():
+                if bool((torch.isin(read_at, written) & (read_at != written)).any()):
+                    return read
     return None
 
 

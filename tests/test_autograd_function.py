@@ -8,7 +8,9 @@ Two classes of programs, compiled vs eager (``tests.oracle.check``):
   kernels do not check: a read partly overlapping what a pointwise op or ``copy_``
   writes (through ``.data`` too), a write into an expanded tensor, a ``copy_`` of a
   tensor onto its very memory (eager's early exit, no check), and a write into an
-  expanded view whose backward writes an expanded gradient (eager raises in the backward).
+  expanded view whose backward writes an expanded gradient (eager raises in the backward);
+  and the reads of written memory eager lets through (a tensor not dense) whose result is
+  its kernel's visiting order: refused.
 """
 
 from __future__ import annotations
@@ -399,3 +401,44 @@ def test_backward_write_refused(fn, make):
         aot.aot_function(fn, functional_nop)(*args)
     for a, b in zip(args, before, strict=True):
         torch.testing.assert_close(a.detach(), b)
+
+
+def _expanded_head_and_tail():
+    base = torch.randn(24, generator=_gen())
+    return base[0:3].expand(2, 3), base[1:7].view(2, 3)
+
+
+def _strided_pair(start: int):
+    def make():
+        base = torch.randn(24, generator=_gen())
+        return base[0:12:2], base[start : start + 12 : 2]
+
+    return make
+
+
+def _mul_through_data(a, b):
+    b.data.mul_(a)
+    return (a,)
+
+
+def _copy_into_second(a, b):
+    b.copy_(a)
+    return (b,)
+
+
+@pytest.mark.parametrize("fn", [_mul_through_data, _copy_into_second], ids=["mul_through_data", "copy_"])
+def test_order_dependent_overlap_refused(fn):
+    # Eager's checks let a read of other indices of the written memory through when a tensor is not
+    # dense: its result is the kernel's visiting order. Refused, before any input is touched.
+    args = _expanded_head_and_tail()
+    before = [a.clone() for a in args]
+    with pytest.raises(UnsupportedMutationError, match="order its kernel visits"):
+        aot.aot_function(fn, functional_nop)(*args)
+    for a, b in zip(args, before, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("start", [1, 0], ids=["interleaved", "same_elements"])
+def test_strided_overlap_without_order_dependence(start):
+    # Reads of exactly the element written at the same index, or of no written element, are well defined.
+    check(_copy_into_second, _strided_pair(start))
