@@ -60,8 +60,9 @@ Steps:
   - ``grad_mode``: steps inside ``torch.no_grad()``, ``torch.enable_grad()`` and
     ``torch.set_grad_enabled(False)`` blocks;
   - ``autograd_function``: custom ``torch.autograd.Function``s: identity returning its
-    input, returning a view of its input, an in-place ``mark_dirty`` one, and one
-    with a non-differentiable second output;
+    input, returning a view of its input, an in-place ``mark_dirty`` one, one
+    with a non-differentiable second output, and two whose backward writes in place:
+    a saved second argument, and ``grad_output``;
   - ``autocast``: steps inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` regions
     (matmuls there run in bfloat16), some with a nested ``autocast(enabled=False)``.
 
@@ -169,6 +170,34 @@ class Doubled(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad * 2
+''',
+    "ScaledBySaved": '''
+class ScaledBySaved(torch.autograd.Function):
+    """Scales by the sum of a saved second argument, which its backward doubles in place."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * scale.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        scale.mul_(2)
+        return grad * scale.sum(), None
+''',
+    "TripledGrad": '''
+class TripledGrad(torch.autograd.Function):
+    """Returns 3 * x; its backward triples grad_output in place and returns it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad.mul_(3)
+        return grad
 ''',
     "WithSign": '''
 class WithSign(torch.autograd.Function):
@@ -716,6 +745,11 @@ class _Drawer:
         if name == "WithSign":
             out, sign = self.name(), self.name()
             return Step((f"{out}, {sign} = WithSign.apply({x})",), (out, sign), "autograd_function", (name,))
+        if name == "ScaledBySaved":
+            dtype = values[x].dtype
+            scale = self.pick(values, lambda v: v.dtype == dtype)
+            out = self.name()
+            return Step((f"{out} = ScaledBySaved.apply({x}, {scale})",), (out,), "autograd_function", (name,))
         out = self.name()
         return Step((f"{out} = {name}.apply({x})",), (out,), "autograd_function", (name,))
 

@@ -306,3 +306,6 @@ def _check_once(
         assert (c is None) == (e is None), f"grad of autograd leaf {wrt[i]}: {c} vs {e}"
         if c is not None and e is not None:
             _compare_values(f"grad of autograd leaf {wrt[i]}", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
+    # An autograd.Function's backward may write a saved input in place: eager's caller sees it.
+    for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
+        _compare_values(f"input {i} after the backward", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
