@@ -51,6 +51,21 @@ def fresh_outputs(outputs: Sequence[Any], inputs: Sequence[Any] = ()) -> list[An
     ]
 
 
+def _distinct(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
+    """One graph value returned at two positions (a user output that is also an input's new value)
+    becomes two tensors on its memory: autograd then routes each position's gradient to its own tangent,
+    where one object would take one of them for both."""
+    inputs_seen = {id(t) for t in inputs}
+    seen: set[int] = set()
+    distinct = []
+    for out in outputs:
+        if isinstance(out, torch.Tensor) and id(out) not in inputs_seen:
+            out = out.detach() if id(out) in seen else out
+            seen.add(id(out))
+        distinct.append(out)
+    return distinct
+
+
 class _CompiledBackward(torch.autograd.Function):
     """Runs the compiled backward when the caller asked for a graph of it (``create_graph=True``).
 
@@ -109,7 +124,7 @@ def make_training_runtime(
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
-            outputs, saved = fresh_outputs(results[:num_outputs], args), results[num_outputs:]
+            outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
             # An empty extra output: saved (as an output, so it holds no memory and no cycle), it comes
             # back in the backward with this node as its grad_fn, the edge to the primals' history.
             anchor = torch.empty(0)

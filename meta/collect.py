@@ -37,7 +37,7 @@ from meta.overlap import (
 )
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
-    FunctionView,
+    ComputedAlias,
     InputAliasInfo,
     OutputAliasInfo,
     OutputType,
@@ -586,16 +586,18 @@ def collect_meta(
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
             continue
-        if recorder.made_by_custom_function(out, len(chain)) or not _replay_gives_eagers_autograd(
-            fresh_views.fresh(out), root, chain, fake_mode
-        ):
+        by_function = recorder.made_by_custom_function(out, len(chain))
+        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
-            # graph computes it, and autograd.Function keeps it a view of the input it aliases.
-            if id(root) in input_position:
-                function_view = FunctionView(input_position[id(root)], chain)
-                output_info.append(info(OutputType.NON_ALIAS, function_view=function_view))
-            else:
+            # graph computes it, and the epilogue puts it on the alias.
+            if id(root) not in input_position:
                 output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
+            elif by_function or (out._base is None and not out.is_leaf):
+                # A Function's view, or a .data/detach() alias an op with a gradient wrote in place.
+                alias = ComputedAlias(input_position[id(root)], chain, in_place=not by_function)
+                output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
+            else:
+                output_info.append(info(OutputType.NON_ALIAS))
             continue
         if id(root) in input_position:
             base = input_position[id(root)]

@@ -165,6 +165,8 @@ def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.
     reads = list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
     for target in targets:
         for read in reads:
+            if func._schema.name == "aten::copy_" and _same_data(target, read):
+                continue  # copy_ returns without writing
             if _overlap(target, read) is not _Overlap.TOO_HARD or storage_key(target) != storage_key(read):
                 continue
             if not intersect(storage_extent(target), storage_extent(read)):
@@ -172,8 +174,8 @@ def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.
             if target.element_size() != read.element_size():
                 return read  # elements of different widths on one memory: not worth telling apart
             try:
-                written = _element_offsets(target, target.shape)
-                read_at = _element_offsets(read, target.shape)
+                written = _element_offsets(target, target.shape).reshape(-1)
+                read_at = _element_offsets(read, target.shape).reshape(-1)
             except RuntimeError:
                 continue  # not broadcastable: the op itself raises
             with unset_fake_temporarily():

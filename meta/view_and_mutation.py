@@ -19,7 +19,7 @@ import torch
 from meta.indices import IntermediateBase, UserArg, UserOut
 
 __all__ = [
-    "FunctionView",
+    "ComputedAlias",
     "InputAliasInfo",
     "OutputAliasInfo",
     "OutputType",
@@ -175,12 +175,14 @@ class InputAliasInfo:
 
 
 @dataclass(frozen=True)
-class FunctionView:
-    """An autograd.Function returned an input, or a view of one: eager's output is that view of the
-    input (it sees the input's later writes), with the Function's backward as its history."""
+class ComputedAlias:
+    """An output that aliases input ``base_input`` (``view_chain`` from it) with a history no view
+    replay gives: an autograd.Function returned (a view of) the input, or, ``in_place``, an op with a
+    gradient wrote a ``.data``/``detach()`` alias of it. The graph computes that history."""
 
     base_input: UserArg
     view_chain: tuple[ViewStep, ...]
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,9 +209,9 @@ class OutputAliasInfo:
     # A computed output that eager returns as a view of a tensor the caller never sees (an
     # autograd.Function returning its argument): returned as a view of the graph's value too.
     hidden_view: bool = False
-    # A computed output that eager returns as a view of an input made by an autograd.Function: the
-    # graph computes its history, the caller gets it on the view of the input.
-    function_view: FunctionView | None = None
+    # A computed output that eager returns as an alias of an input: the graph computes its history,
+    # the caller gets it on the alias of the input.
+    computed_alias: ComputedAlias | None = None
     # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
     is_leaf: bool = False
 
@@ -231,8 +233,8 @@ class OutputAliasInfo:
             raise ValueError(f"{self.output_type}: inconsistent base fields {sorted(set_fields)}")
         if allowed[self.output_type] and not set_fields:
             raise ValueError(f"{self.output_type} needs a base")
-        if self.function_view is not None and self.output_type != OutputType.NON_ALIAS:
-            raise ValueError(f"{self.output_type}: only a computed output is a Function's view of an input")
+        if self.computed_alias is not None and self.output_type != OutputType.NON_ALIAS:
+            raise ValueError(f"{self.output_type}: only a computed output is a computed alias of an input")
         has_chain = self.output_type in (OutputType.ALIAS_OF_INPUT, OutputType.ALIAS_OF_INTERMEDIATE)
         if bool(self.view_chain) != has_chain:
             raise ValueError(f"{self.output_type}: a view chain is {'required' if has_chain else 'not allowed'}")
@@ -276,7 +278,7 @@ class ViewAndMutationMeta:
         used_bases: set[int] = set()
         for out_idx, info in enumerate(self.output_info):
             where = f"output {out_idx}"
-            function_base = info.function_view.base_input if info.function_view is not None else None
+            function_base = info.computed_alias.base_input if info.computed_alias is not None else None
             for base_input in (info.base_input, function_base):
                 if base_input is not None and not 0 <= base_input < num_inputs:
                     raise ValueError(f"{where}: base input {base_input} out of range ({num_inputs} inputs)")

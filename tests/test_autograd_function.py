@@ -166,6 +166,10 @@ def _non_leaf(*shape: int):
     return lambda: ((torch.randn(*shape, generator=_gen()).requires_grad_() * 1),)
 
 
+def _leaf(*shape: int):
+    return lambda: (torch.randn(*shape, generator=_gen()).requires_grad_(),)
+
+
 def _plain(*shape: int):
     return lambda: (torch.randn(*shape, generator=_gen()),)
 
@@ -215,6 +219,18 @@ def _slice_of_identity_of_intermediate(a):
     return (Identity.apply(a * 2)[0:2],)
 
 
+def _data_written_with_grad(a):
+    v = a.data
+    v.mul_(a)
+    return (v,)
+
+
+def _detach_written_with_grad(a):
+    v = a.detach()
+    v.mul_(a)
+    return (v,)
+
+
 def _same_tensor_twice():
     x = torch.randn(4, generator=_gen()).requires_grad_() * 1
     return (x, x)
@@ -229,6 +245,9 @@ FUNCTION_PROGRAMS = {
     "tail_view_after_write": (_tail_view_after_write, _non_leaf(4)),
     "identity_of_same_input_twice": (_identity_of_same_input_twice, _same_tensor_twice),
     "slice_of_identity": (_slice_of_identity, _non_leaf(4)),
+    # Not a Function, the same class: an alias of the input whose history no view replay gives.
+    "data_written_by_op_with_grad": (_data_written_with_grad, _leaf(2, 3)),
+    "detach_written_by_op_with_grad": (_detach_written_with_grad, _non_leaf(2, 3)),
     "slice_of_identity_after_write": (_slice_of_identity_after_write, _non_leaf(4)),
     "slice_of_identity_of_intermediate": (_slice_of_identity_of_intermediate, _non_leaf(4)),
 }

@@ -46,9 +46,10 @@ class Dedupe:
 
         def renumbered(info: OutputAliasInfo) -> OutputAliasInfo:
             # The meta of a stage indexes that stage's own arguments.
-            if info.function_view is not None:
-                base = UserArg(to_inner[info.function_view.base_input])
-                info = dataclasses.replace(info, function_view=dataclasses.replace(info.function_view, base_input=base))
+            if info.computed_alias is not None:
+                base = UserArg(to_inner[info.computed_alias.base_input])
+                alias = dataclasses.replace(info.computed_alias, base_input=base)
+                info = dataclasses.replace(info, computed_alias=alias)
             if info.base_input is None:
                 return info
             return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))

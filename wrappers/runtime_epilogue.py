@@ -83,7 +83,7 @@ class RuntimeEpilogue:
             for arg_idx in mutated
         )
         # Below, a Function's view of an input is a computed output like any other.
-        computed_info = tuple(dataclasses.replace(meta.output_info[i], function_view=None) for i in computed)
+        computed_info = tuple(dataclasses.replace(meta.output_info[i], computed_alias=None) for i in computed)
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(_unmutated(info) for info in meta.input_info),
@@ -145,11 +145,17 @@ class RuntimeEpilogue:
                 )
             for out_idx, info in plan:
                 kind = info.output_type
-                view = info.function_view
-                if view is not None and view.base_input in mutated:
-                    # The graph wrote a copy of the input: the Function's output is a view of the caller's.
-                    of_input = replay_views(args[view.base_input], view.view_chain, made)
-                    outs[out_idx] = _ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                alias = info.computed_alias
+                if alias is not None and alias.base_input in mutated:
+                    # The graph wrote a copy of the input: eager's output aliases the caller's.
+                    of_input = replay_views(args[alias.base_input], alias.view_chain, made)
+                    if alias.in_place:
+                        # Eager's in-place write was counted already (the write-back), not once more.
+                        counted = version(of_input)
+                        outs[out_idx] = _AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        set_versions([of_input], [counted])
+                    else:
+                        outs[out_idx] = _ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
@@ -182,6 +188,19 @@ class _ViewWithHistory(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, view: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         return view
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
+
+
+class _AdoptHistory(torch.autograd.Function):
+    """``alias`` (no view) taking ``value``'s history as an in-place op gives it (its version moves)."""
+
+    @staticmethod
+    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(alias)
+        return alias
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:

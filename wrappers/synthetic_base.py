@@ -275,11 +275,11 @@ class SyntheticBase:
 
 def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -> OutputAliasInfo:
     """A kept output's info in the inner input positions (it aliases plain inputs only)."""
-    if info.function_view is not None:
-        base = inner_position.get(info.function_view.base_input)
+    if info.computed_alias is not None:
+        base = inner_position.get(info.computed_alias.base_input)
         # A Function's view of a merged input: the graph's value is returned, a view of no caller tensor.
-        view = None if base is None else dataclasses.replace(info.function_view, base_input=base)
-        info = dataclasses.replace(info, function_view=view)
+        view = None if base is None else dataclasses.replace(info.computed_alias, base_input=base)
+        info = dataclasses.replace(info, computed_alias=view)
     return info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
 
 
