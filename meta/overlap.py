@@ -120,17 +120,23 @@ def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> An
     return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
 
 
-def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | None:
-    """The message of the overlap error eager raises for this call, or ``None`` if it raises none."""
+def _written_and_read(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The strided tensors a call writes, and those it reads; none for ``copy_``'s early exit (the source
+    is the destination's very memory) and for metadata changes."""
     if torch.Tag.inplace_view in func.tags:
-        return None
-    name = func._schema.name.split("::")[-1]
+        return [], []
     positions = written_positions(func, args)
     targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
-    if name == "copy_" and targets and _same_data(targets[0], args[1] if len(args) > 1 else None):
-        return None  # copy_ returns before any check
+    if func._schema.name == "aten::copy_" and targets and _same_data(targets[0], args[1] if len(args) > 1 else None):
+        return [], []
     others = range(len(func._schema.arguments))
-    reads = list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+    return targets, list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+
+
+def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | None:
+    """The message of the overlap error eager raises for this call, or ``None`` if it raises none."""
+    name = func._schema.name.split("::")[-1]
+    targets, reads = _written_and_read(func, args, kwargs)
     check_partial = _is_tensor_iterator_op(func)
     for target in targets:
         if name not in INTERNAL_OVERLAP_ALLOWED and expanded_dims(target.shape, target.stride()):
@@ -146,39 +152,33 @@ def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | N
 
 
 def _element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """The storage offset of each element of ``tensor`` broadcast to ``shape`` (a real tensor)."""
-    with unset_fake_temporarily():
-        extent = int(tensor.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride()))
-        positions = torch.arange(extent).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-        return positions.expand(shape)
+    """The storage offset of each element of ``tensor`` broadcast to ``shape``, flat (a real tensor; call
+    it with fake tensors unset)."""
+    extent = int(tensor.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride()))
+    positions = torch.arange(extent).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+    return positions.expand(shape).reshape(-1)
 
 
 def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
     """A tensor that a pointwise op or ``copy_`` reads at one index from memory it writes at another,
     where eager's checks let it through (neither tensor dense): eager's result then depends on the order
     its kernel visits the elements in, which a compiled graph does not reproduce."""
-    if torch.Tag.inplace_view in func.tags or not _is_tensor_iterator_op(func):
+    if not _is_tensor_iterator_op(func):
         return None
-    positions = written_positions(func, args)
-    targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
-    others = range(len(func._schema.arguments))
-    reads = list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+    targets, reads = _written_and_read(func, args, kwargs)
     for target in targets:
         for read in reads:
-            if func._schema.name == "aten::copy_" and _same_data(target, read):
-                continue  # copy_ returns without writing
             if _overlap(target, read) is not _Overlap.TOO_HARD or storage_key(target) != storage_key(read):
                 continue
             if not intersect(storage_extent(target), storage_extent(read)):
                 continue
             if target.element_size() != read.element_size():
                 return read  # elements of different widths on one memory: not worth telling apart
-            try:
-                written = _element_offsets(target, target.shape).reshape(-1)
-                read_at = _element_offsets(read, target.shape).reshape(-1)
-            except RuntimeError:
-                continue  # not broadcastable: the op itself raises
             with unset_fake_temporarily():
+                try:
+                    written, read_at = _element_offsets(target, target.shape), _element_offsets(read, target.shape)
+                except RuntimeError:
+                    continue  # not broadcastable: the op itself raises
                 if bool((torch.isin(read_at, written) & (read_at != written)).any()):
                     return read
     return None
