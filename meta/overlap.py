@@ -154,7 +154,7 @@ def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | N
 def _element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The storage offset of each element of ``tensor`` broadcast to ``shape``, flat (a real tensor; call
     it with fake tensors unset)."""
-    extent = int(tensor.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride()))
+    extent = int(storage_extent(tensor)[1])
     positions = torch.arange(extent).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
     return positions.expand(shape).reshape(-1)
 
