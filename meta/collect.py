@@ -390,14 +390,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return node.tensor, tuple(reversed(steps)), geometry
 
     def made_by_custom_function(self, tensor: torch.Tensor, depth: int) -> bool:
-        """Whether ``tensor`` or one of the ``depth - 1`` views above it is an autograd.Function's output:
-        its history is that Function's backward, which replaying the views from their root loses."""
+        """Whether ``tensor``'s history goes through an autograd.Function's output among the ``depth - 1``
+        views above it: replaying the views from their root would lose that Function's backward."""
         node = self.nodes.get(id(tensor))
         if node is None or node.tensor is not tensor:
             return False
         for _ in range(depth):
-            if node is None or _made_by_custom_function(node.tensor):
-                return node is not None
+            if node is None or not node.tensor.requires_grad:
+                return False  # no history, or one cut by no_grad
+            if _made_by_custom_function(node.tensor):
+                return True
+            if node.step is not None and node.step.op is _aten.detach.default:
+                return False  # .data and detach() start a history of their own
             node = node.parent
         return False
 

@@ -219,6 +219,19 @@ def _slice_of_identity_of_intermediate(a):
     return (Identity.apply(a * 2)[0:2],)
 
 
+def _data_of_function_view_then_write(a):
+    v = TailView.apply(a)
+    d = v.data
+    a.data.fill_(2.0)
+    return (d,)
+
+
+def _data_of_function_view_of_expanded(a):
+    v = TailView.apply(a)
+    d = v.data
+    return (d, a.sum() + v.sum() + d.sum())
+
+
 def _data_written_with_grad(a):
     v = a.data
     v.mul_(a)
@@ -245,6 +258,12 @@ FUNCTION_PROGRAMS = {
     "tail_view_after_write": (_tail_view_after_write, _non_leaf(4)),
     "identity_of_same_input_twice": (_identity_of_same_input_twice, _same_tensor_twice),
     "slice_of_identity": (_slice_of_identity, _non_leaf(4)),
+    # .data of a Function's output: no history of the Function's, an alias of the input all the same.
+    "data_of_function_view_then_write": (_data_of_function_view_then_write, _leaf(4, 1)),
+    "data_of_function_view_of_expanded": (
+        _data_of_function_view_of_expanded,
+        lambda: (torch.randn((), generator=_gen()).expand(3).detach().requires_grad_(),),
+    ),
     # Not a Function, the same class: an alias of the input whose history no view replay gives.
     "data_written_by_op_with_grad": (_data_written_with_grad, _leaf(2, 3)),
     "detach_written_by_op_with_grad": (_detach_written_with_grad, _non_leaf(2, 3)),
