@@ -471,6 +471,7 @@ def collect_meta(
         initial_geometry = [_geometry(fake) for fake in fakes]
         initial_versions = [fake._version for fake in fakes]
         initially_requiring_grad = [fake.requires_grad for fake in fakes]
+        initial_history = [_history(fake) for fake in fakes]
         initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
         inference_storages = set()
         if not CALLER_IN_INFERENCE_MODE.get():
@@ -530,8 +531,9 @@ def collect_meta(
             fake.requires_grad and not requires_grad,
             initial_storage,
             set_to,
+            _history(fake) is not history,
         )
-        for name, real, fake, geometry, version, requires_grad, initial_storage, set_to in zip(
+        for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
             names,
             flat_args,
             fakes,
@@ -540,6 +542,7 @@ def collect_meta(
             initially_requiring_grad,
             initial_storages,
             storage_set_to,
+            initial_history,
             strict=True,
         )
     )
@@ -697,6 +700,7 @@ def _input_info(
     sets_requires_grad: bool,
     initial_storage: tuple[int, tuple[int, int]],
     storage_set_to: tuple[str, int] | None,
+    history_rewritten: bool,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -709,8 +713,8 @@ def _input_info(
         # Relative to the input's own offset: a later call may pass it at another offset.
         final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_geometry[2])
     # An autograd.Function that wrote the input and marked it dirty: its forward ran under no_grad, yet
-    # eager records the write (the input's history is now the Function's backward).
-    marked_dirty = bool(data_writes) and _made_by_custom_function(fake)
+    # eager records the write (the history of the input, or of its base, is now the Function's backward).
+    marked_dirty = bool(data_writes) and history_rewritten
     return InputAliasInfo(
         name=name,
         requires_grad=real.requires_grad,
@@ -733,6 +737,11 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and not data_writes,
         storage_set_to=storage_set_to,
     )
+
+
+def _history(tensor: torch.Tensor) -> Any:
+    """The autograd node of a tensor's memory: its base's for a view (a view's own is regenerated)."""
+    return (tensor._base if tensor._base is not None else tensor).grad_fn
 
 
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:

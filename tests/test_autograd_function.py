@@ -244,6 +244,33 @@ def _detach_written_with_grad(a):
     return (v,)
 
 
+class DoublesInPlace(torch.autograd.Function):
+    """Doubles its input in place and marks it dirty: eager records the write."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _dirty_then_return_input(a):
+    DoublesInPlace.apply(a)
+    return (a,)
+
+
+def _dirty_then_return_output(a):
+    return (DoublesInPlace.apply(a),)
+
+
+def _view_of_non_leaf():
+    return ((torch.randn(24, generator=_gen()).requires_grad_() * 1)[4:9],)
+
+
 def _same_tensor_twice():
     x = torch.randn(4, generator=_gen()).requires_grad_() * 1
     return (x, x)
@@ -264,6 +291,9 @@ FUNCTION_PROGRAMS = {
         _data_of_function_view_of_expanded,
         lambda: (torch.randn((), generator=_gen()).expand(3).detach().requires_grad_(),),
     ),
+    # A Function marking a view of a non-leaf dirty: the view's base takes the Function's backward.
+    "dirty_view_then_return_input": (_dirty_then_return_input, _view_of_non_leaf),
+    "dirty_view_then_return_output": (_dirty_then_return_output, _view_of_non_leaf),
     # Not a Function, the same class: an alias of the input whose history no view replay gives.
     "data_written_by_op_with_grad": (_data_written_with_grad, _leaf(2, 3)),
     "detach_written_by_op_with_grad": (_detach_written_with_grad, _non_leaf(2, 3)),
