@@ -315,8 +315,6 @@ PROGRAMS = {
 KNOWN_WRONG = {
     ("detach_mul_self", "training"): "a write with grad through a detached alias of an input gives the alias "
     "history; the replayed view has none",
-    ("resize_fill", "training"): "resize_ growing an intermediate is functionalized as a view of the old storage",
-    ("resize_fill", "inference"): "resize_ growing an intermediate is functionalized as a view of the old storage",
 }
 
 
