@@ -11,7 +11,7 @@ op (``aot.functionalize``), and a typed descriptor on every placeholder and outp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ from aot.partition import output_values
 from meta.alias import AliasAnalysis
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.indices import GraphArg, GraphOut
+from meta.out_resize import OutResize
 from meta.storage import fake_inputs
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -75,6 +76,17 @@ def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
     return with_cache
 
 
+@contextlib.contextmanager
+def _geometry_changes(meta: ViewAndMutationMeta, fresh_views: FreshViews) -> Iterator[None]:
+    """Modes a program changing geometry in place is traced under (collect_meta ran it under them too):
+    fresh views of tensors whose geometry changed, and ``out=`` resizing as explicit ops."""
+    if not meta.fresh_views:
+        yield
+        return
+    with fresh_views, OutResize():
+        yield
+
+
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
@@ -101,7 +113,7 @@ def trace_joint(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), fresh_views if meta.fresh_views else contextlib.nullcontext():
+        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
@@ -218,7 +230,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with FreshViews() if meta.fresh_views else contextlib.nullcontext():
+        with _geometry_changes(meta, FreshViews()):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()

@@ -22,12 +22,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.alias import written_positions
-from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.storage import expanded_dims, fake_inputs, intersect, overlaps, storage_extent, storage_key, touch_interval
+from meta.out_resize import resize_outs_as_eager
+from meta.overlap import check_writes_as_eager, dispatched_argument, refuse_order_dependent_writes
+from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -83,22 +84,6 @@ ABSOLUTE_OFFSET_OPS = frozenset(
 _INPLACE_VIEW_METHODS = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
 )
-# Writes eager allows into a tensor with several indices per memory element (an expanded one); every
-# other write there raises in eager, where fake tensors do not check.
-_OVERLAPPING_WRITES_ALLOWED = frozenset(
-    {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_", "index_fill_"}
-)
-# Writes eager refuses when a value read shares memory with the tensor written.
-_NO_OVERLAP_WITH_VALUES = frozenset({"index_put_", "_index_put_impl_"})
-_OVERLAP = (
-    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
-    "location. Please clone() the tensor before performing the operation."
-)
-_INTERNAL_OVERLAP = (
-    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
-    "Please clone() the tensor before performing the operation."
-)
-
 # Methods that must act on the user's tensor object itself, never on a stand-in.
 _OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
 
@@ -136,24 +121,33 @@ class FreshViews(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if self._changed and name not in _OWN_OBJECT_METHODS:
+        # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
+        # itself, never a stand-in.
+        outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
+        out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
+        if (self._changed or self._changed_bases) and name not in _OWN_OBJECT_METHODS:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first
-            rest, kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
+            rest, fresh_kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
+            if "out" in kwargs:
+                fresh_kwargs["out"] = kwargs["out"]
             original = args[0] if args else None
             call_args = (first, *rest) if args else ()
-            out = func(*call_args, **kwargs)
+            out = func(*call_args, **fresh_kwargs)
             # An in-place op returns its argument: the user's object, not the stand-in.
             if out is first and first is not original:
                 out = original
         else:
             out = func(*args, **kwargs)
+        changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
-            if args[0]._is_view():
-                self._changed[id(args[0])] = args[0]
+            changed.append(args[0])
+        for tensor in changed:
+            if tensor._is_view():
+                self._changed[id(tensor)] = tensor
             else:
-                self._changed_bases[id(args[0])] = args[0]
+                self._changed_bases[id(tensor)] = tensor
         return out
 
 
@@ -209,6 +203,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
         self.absolute_storages: set[int] = set()
         self.reach: dict[int, int] = {}
+        # Storages of the sources that resize_ grew, and their size in bytes after.
+        self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
 
     def node(self, tensor: torch.Tensor) -> _Node:
@@ -231,6 +227,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        check_writes_as_eager(func, args, kwargs)
+        with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
+            resize_outs_as_eager(func, args, kwargs)
+        refuse_order_dependent_writes(func, args, kwargs)
         self.clock += 1
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         parent_geometry = _geometry(first) if first is not None and first.layout == torch.strided else None
@@ -242,19 +242,25 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
-        self._check_overlap_as_eager(func, args, kwargs)
         out = func(*args, **kwargs)
         if self._source_storages:
             self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
-        # resize_ within its storage changes geometry only (growing it is a write into new memory).
-        resized_within = nbytes_before >= 0 and first is not None and first.untyped_storage().nbytes() == nbytes_before
-        metadata_only = metadata_only or resized_within
-        if resized_within and first is not None and storage_key(first) in self._source_storages:
+        # resize_ within its storage changes geometry only; growing an intermediate's is a write into new
+        # memory, growing an input's is done before the call (by the MetadataMutation layer).
+        resized = False
+        if first is not None and nbytes_before >= 0:
+            resized = first.untyped_storage().nbytes() == nbytes_before or self._is_source(first)
+        metadata_only = metadata_only or resized
+        if resized and first is not None and self._is_source(first):
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
+            if first.untyped_storage().nbytes() > nbytes_before:
+                self.grown[storage_key(first)] = first.untyped_storage().nbytes()
         grad_enabled = torch.is_grad_enabled()
-        for position in written_positions(func, args):
-            value = _argument(func, args, kwargs, position)
+        # An op writing out= an alias of its input returns that alias: not a view it makes.
+        writes = written_positions(func, args)
+        for position in writes:
+            value = dispatched_argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
@@ -264,12 +270,16 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # The tensor changes geometry in place: to take it again, take its old self, then the
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
             twin, twin_args = _out_of_place_view(func), tuple(args[1:])
-            if resized_within:
+            if resized:
                 twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
             if twin is not None:
-                step = ViewStep(twin, twin_args, step_kwargs, None, grad_enabled, self.clock * 1024, None, version)
-                self.nodes[id(first)] = _Node(first, self.node(first), step, parent_geometry)
-        elif first is not None and (func.is_view or self._aliases_source(first, out)):
+                # A view keeps the grad mode it was made in (its creation meta) through in-place changes.
+                made = self.node(first)
+                view_grad_enabled = made.step.grad_enabled if made.step is not None else grad_enabled
+                key = self.clock * 1024
+                step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, version, True)
+                self.nodes[id(first)] = _Node(first, made, step, parent_geometry)
+        elif first is not None and (func.is_view or (not writes and self._aliases_source(first, out))):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
             parent = self.node(first)
             for item, view in views:
@@ -278,6 +288,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _is_source(self, tensor: torch.Tensor) -> bool:
+        return storage_key(tensor) in self._source_storages
 
     def _changed_geometry(self, tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
         """An input's current geometry (offset relative to its initial one) if it changed in place, else None."""
@@ -295,28 +308,6 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         step = ViewStep(_aten.alias.default, (), (), None, torch.is_grad_enabled(), self.clock * 1024, from_geometry)
         self._keep.append(fresh)
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
-
-    def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
-        if torch.Tag.inplace_view in func.tags:
-            return
-        name = func._schema.name.split("::")[-1]
-        for position in written_positions(func, args):
-            value = _argument(func, args, kwargs, position)
-            if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-                continue
-            if name not in _OVERLAPPING_WRITES_ALLOWED and expanded_dims(value.shape, value.stride()):
-                raise RuntimeError(_INTERNAL_OVERLAP)
-            if name not in _OVERLAPPING_WRITES_ALLOWED and _may_overlap_itself(value):
-                raise UnsupportedMutationError(
-                    f"{func} writes into a tensor whose elements share memory with each other (an unfold or "
-                    "as_strided view, say): eager's result depends on the order its kernel writes them in, "
-                    "which a compiled graph does not reproduce. Write into a tensor that does not overlap itself."
-                )
-            if name in _NO_OVERLAP_WITH_VALUES:
-                for other in args[position + 1 :]:
-                    if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
-                        raise RuntimeError(_OVERLAP)
 
     def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
         key = self._alias_sources.get(id(arg))
@@ -356,28 +347,6 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             assert node.parent is not None
             node = node.parent
         return node.tensor
-
-
-def _may_overlap_itself(tensor: torch.Tensor) -> bool:
-    """Whether two indices of ``tensor`` may reach one memory element (stride 0 aside): each dimension,
-    by increasing stride, must step past everything the smaller ones span."""
-    if tensor.layout != torch.strided or tensor.numel() <= 1:
-        return False
-    spanned = 0
-    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if n > 1))
-    for stride, size in dims:
-        if stride == 0:
-            return False  # expanded: eager's own check decides
-        if stride <= spanned:
-            return True
-        spanned += (size - 1) * stride
-    return False
-
-
-def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
-    """The value a dispatched call of ``func`` passes for schema argument ``position``."""
-    argument = func._schema.arguments[position]
-    return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
 
 
 def _out_of_place_view(op: Any) -> Any:
@@ -467,6 +436,7 @@ def collect_meta(
             fake.requires_grad and not requires_grad,
             initial_storage,
             set_to,
+            recorder.grown.get(initial_storage[0], 0),
         )
         for name, real, fake, geometry, version, requires_grad, initial_storage, set_to in zip(
             names,
@@ -554,7 +524,7 @@ def collect_meta(
         base_k = base_of_root[id(root)]
         output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
     backward_error = None
-    if any(info.mutates_data for info in input_info):
+    if any(info.mutates_data for info in input_info) or any(w.metadata_only for w in recorder.writes):
         with saved_tensor_hooks_suspended(), fake_mode:
             backward_error = _eager_backward_error(outs, fakes)
     return ViewAndMutationMeta(
@@ -596,10 +566,11 @@ def _from_final_geometry(
 
 
 def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
-    """Run eager's backward on the fakes: the in-place-modification error it raises, if any.
+    """Run eager's backward on the fakes: the error a mutation makes it raise, if any.
 
     Writes into inputs bump version counters shared with other inputs and their
-    views, which the compiled graphs (working on copies) cannot see.
+    views, which the compiled graphs (working on copies) cannot see; a geometry
+    changed under no_grad leaves a history expecting the old shape.
     """
     differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
     if not differentiable or not any(f.requires_grad for f in fakes):
@@ -607,8 +578,10 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
     try:
         # All the way to the leaves, as ``loss.backward()`` goes (``autograd.grad`` to the inputs stops short).
         torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
-    except RuntimeError as error:
-        if "modified by an inplace operation" in str(error):
+    except Exception as error:  # others (autograd's stale view replay on fakes ...) are left to the trace
+        # A saved tensor written in place; or a tensor's geometry changed under no_grad, so its history
+        # computes a gradient of its old shape.
+        if "modified by an inplace operation" in str(error) or "invalid gradient at index" in str(error):
             return str(error)
     return None
 
@@ -626,10 +599,15 @@ def _input_info(
     sets_requires_grad: bool,
     initial_storage: tuple[int, tuple[int, int]],
     storage_set_to: tuple[str, int] | None,
+    storage_grown_to: int,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
-    data_writes = [w for w in writes if not w.metadata_only and w.storage == key and intersect(w.extent, interval)]
+    # Its memory: where it was, and where a resize_ or as_strided_ moved it in that storage.
+    intervals = [interval, touch_interval(fake)] if storage_key(fake) == key else [interval]
+    data_writes = [
+        w for w in writes if not w.metadata_only and w.storage == key and any(intersect(w.extent, i) for i in intervals)
+    ]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if storage_set_to is not None:
@@ -661,6 +639,7 @@ def _input_info(
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
         sets_requires_grad=sets_requires_grad and not data_writes,
         storage_set_to=storage_set_to,
+        storage_grown_to=storage_grown_to,
     )
 
 
