@@ -113,6 +113,8 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
+        if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
+            return tensor
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)

@@ -132,6 +132,11 @@ def _no_grad_out_into_returned_history(a0):
     return (v,)
 
 
+def _transpose_complex_then_real(a0, a1):
+    a1.t_()
+    return a0.sum() + a1.real.sum()
+
+
 def _strided_leaf_args():
     return randn(5).requires_grad_(), randn(2, 8, seed=1)[:, ::2].detach().requires_grad_()
 
@@ -188,6 +193,11 @@ GRAD_PROGRAMS = {
     "no_grad_out_into_returned_history": (
         _no_grad_out_into_returned_history,
         lambda: (randn(19).requires_grad_()[7:19].view(3, 4),),
+    ),
+    # a view of another dtype taken after the change is not re-taken by strides (FreshViews)
+    "transpose_complex_input_then_real": (
+        _transpose_complex_then_real,
+        lambda: (randn(3, 4).requires_grad_(), randn(3, 4, seed=1).to(torch.complex64)),
     ),
     "no_grad_out_into_clone": (
         _no_grad_out_into_clone,
