@@ -528,7 +528,8 @@ def collect_meta(
     backward_error = None
     if any(info.mutates_data for info in input_info) or any(w.metadata_only for w in recorder.writes):
         with saved_tensor_hooks_suspended(), fake_mode:
-            backward_error = _eager_backward_error(outs, fakes)
+            # Through fresh views: autograd's record of a view whose geometry changed is stale on fakes.
+            backward_error = _eager_backward_error([fresh_views.fresh(out) for out in outs], fakes)
     return ViewAndMutationMeta(
         tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
     )

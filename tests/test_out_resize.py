@@ -45,6 +45,12 @@ def _no_grad_add_out_then_sum(a0, a1):
     return (a0.sum() + a1.sum(),)
 
 
+def _no_grad_add_out_then_return(a0, a1):
+    with torch.no_grad():
+        torch.add(a0, 1, out=a1)
+    return a1, a0.sum() + a1.sum()
+
+
 def _neg_out_first(a, b):
     torch.neg(b, out=a)
     return a * 2
@@ -178,6 +184,11 @@ GRAD_PROGRAMS = {
     "no_grad_add_out_resizes_view": (_no_grad_add_out_then_sum, _views_of_one_storage),
     "no_grad_add_out_grows_view": (
         _no_grad_add_out_then_sum,
+        lambda: ((randn(3, 1, seed=1)).expand(3, 4), (randn(8).requires_grad_() * 1)[2:6].view(2, 2)),
+    ),
+    # the resized view is returned: its history is re-taken in its new geometry, as eager's is
+    "no_grad_add_out_grows_returned_view": (
+        _no_grad_add_out_then_return,
         lambda: ((randn(3, 1, seed=1)).expand(3, 4), (randn(8).requires_grad_() * 1)[2:6].view(2, 2)),
     ),
     "no_grad_transpose_strided_leaf": (_no_grad_transpose_leaf, _strided_leaf_args),
