@@ -12,7 +12,10 @@ and ops carrying fake values in ``node.meta["val"]``) and returns it with:
   views are taken again from the root's latest value (*view replay*), while
   ops placed before the write keep the old one;
 - metadata mutations of intermediates (``t_``, ``transpose_``, ``as_strided_``
-  ...) replaced by the out-of-place view, which later reads see;
+  ...) replaced by the out-of-place view, which later reads see; ``resize_``
+  (also issued for an ``out=`` op resizing its output, see ``meta.out_resize``)
+  becomes an ``as_strided`` view of the memory, after growing it into a larger
+  buffer (the old data at its place) when it reaches past the memory's end;
 - the final value of each data-mutated placeholder appended to the outputs,
   in placeholder order, with ``gm.meta["mutated_inputs"]`` listing their
   placeholder indices.
@@ -24,7 +27,7 @@ same numbers); dead code is removed; the graph is linted and recompiled.
 
 Not supported (NotImplementedError naming the op and its source line): a
 metadata mutation of a placeholder (the MetadataMutation layer removes those),
-writes to ``get_attr`` constants, ``out=`` resizing its output, mutating ops
+writes to ``get_attr`` constants, ``out=`` resizing its output within the op, mutating ops
 with no functional variant (custom ops mutating their inputs ...), writes through a view that
 changes dtype with no ``INVERSE_VIEWS`` entry. Shapes are static: the scatter
 arguments are read off the traced fake values.
@@ -391,12 +394,36 @@ class _Functionalizer:
         self.replayed[node] = (self.version[self.root[node]], self.graph.node_copy(node, self.read))
 
     def resize(self, node: fx.Node) -> None:
-        """``t.resize_(size)`` within ``t``'s storage: from here on ``t`` is a strided view of its memory."""
+        """``t.resize_(size)``: from here on ``t`` is a strided view of its memory, grown first if needed."""
         val = _val(node)
         step_args = (list(val.shape), list(val.stride()), val.storage_offset())
         target = self.resolve(cast(fx.Node, node.args[0]))
+        root = self.root[target]
+        end = storage_extent(val)[1]
+        # A graph input's storage is grown by the MetadataMutation layer before the call.
+        if root.op != "placeholder" and end > storage_extent(_val(root))[1]:
+            self.grow(root, end)
         self.add_view(node, _Step(target, aten.as_strided.default, step_args))
         self.renamed[target] = node
+
+    def grow(self, root: fx.Node, end: int) -> None:
+        """Eager's ``resize_`` past the end of a storage reallocates it, keeping its data: from here on
+        ``root``'s memory is a buffer of ``end`` elements, and ``root`` a strided view of it."""
+        root_val = _val(root)
+        # A key for the buffer in this pass's maps, which are keyed by nodes of the old graph.
+        buffer_key = fx.Graph().placeholder(f"grown_{root.name}")
+        with self.fake_mode:
+            buffer_key.meta["val"] = torch.empty(end, dtype=root_val.dtype, device=root_val.device)
+        # The new memory is uninitialized in eager: zeros are one of its possible contents.
+        zeros = self.emit(aten.zeros.default, [end], dtype=root_val.dtype, device=root_val.device)
+        geometry = (list(root_val.shape), list(root_val.stride()), root_val.storage_offset())
+        buffer = self.emit(aten.as_strided_scatter.default, zeros, self.value.pop(root), *geometry)
+        self.add_root(buffer_key, buffer)
+        self.version[buffer_key] = self.version[root] + 1  # every view taken so far is stale
+        for node, node_root in self.root.items():
+            if node_root is root:
+                self.root[node] = buffer_key
+        self.steps[root] = _Step(buffer_key, aten.as_strided.default, geometry)
 
     def set_storage(self, node: fx.Node) -> None:
         """``t.set_(source)``: from here on ``t`` is ``source`` (its memory and geometry)."""

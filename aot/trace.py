@@ -11,7 +11,7 @@ op (``aot.functionalize``), and a typed descriptor on every placeholder and outp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
 from meta.indices import GraphArg, GraphOut
+from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
 from meta.storage import fake_inputs, storage_key
 from meta.view_and_mutation import ViewAndMutationMeta
@@ -78,6 +79,17 @@ def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
     return with_cache
 
 
+@contextlib.contextmanager
+def _geometry_changes(meta: ViewAndMutationMeta, fresh_views: FreshViews) -> Iterator[None]:
+    """Modes a program changing geometry in place is traced under (collect_meta ran it under them too):
+    fresh views of tensors whose geometry changed, and ``out=`` resizing as explicit ops."""
+    if not meta.fresh_views:
+        yield
+        return
+    with fresh_views, OutResize():
+        yield
+
+
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
@@ -106,7 +118,7 @@ def trace_joint(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), fresh_views if meta.fresh_views else contextlib.nullcontext():
+        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         backward_writes.outputs = outs
         grads: list[torch.Tensor | None] = [None] * num_primals
@@ -231,7 +243,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with FreshViews() if meta.fresh_views else contextlib.nullcontext():
+        with _geometry_changes(meta, FreshViews()):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()

@@ -23,13 +23,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.indices import IntermediateBase, UserArg, UserOut
+from meta.out_resize import resize_outs_as_eager
 from meta.overlap import (
-    INTERNAL_OVERLAP_ALLOWED,
     EagerOverlapChecks,
     eager_overlap_error,
     is_overlap_error,
@@ -46,6 +46,7 @@ from meta.view_and_mutation import (
     ViewStep,
     replay_views,
 )
+from meta.write_order import check_writes_as_eager, dispatched_argument, refuse_order_dependent_writes
 
 __all__ = [
     "ABSOLUTE_OFFSET_OPS",
@@ -134,6 +135,8 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
+        if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
+            return tensor
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
@@ -142,24 +145,33 @@ class FreshViews(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if self._changed and name not in _OWN_OBJECT_METHODS:
+        # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
+        # itself, never a stand-in.
+        outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
+        out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
+        if (self._changed or self._changed_bases) and name not in _OWN_OBJECT_METHODS:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first
-            rest, kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
+            rest, fresh_kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
+            if "out" in kwargs:
+                fresh_kwargs["out"] = kwargs["out"]
             original = args[0] if args else None
             call_args = (first, *rest) if args else ()
-            out = func(*call_args, **kwargs)
+            out = func(*call_args, **fresh_kwargs)
             # An in-place op returns its argument: the user's object, not the stand-in.
             if out is first and first is not original:
                 out = original
         else:
             out = func(*args, **kwargs)
+        changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
-            if args[0]._is_view():
-                self._changed[id(args[0])] = args[0]
+            changed.append(args[0])
+        for tensor in changed:
+            if tensor._is_view():
+                self._changed[id(tensor)] = tensor
             else:
-                self._changed_bases[id(args[0])] = args[0]
+                self._changed_bases[id(tensor)] = tensor
         return out
 
 
@@ -224,6 +236,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
         self.absolute_storages: set[int] = set()
         self.reach: dict[int, int] = {}
+        # Storages of the sources that resize_ grew, and their size in bytes after.
+        self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
 
     def node(self, tensor: torch.Tensor) -> _Node:
@@ -246,6 +260,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        check_writes_as_eager(func, args, kwargs)
+        self._check_overlap_as_eager(func, args, kwargs)
+        if self._inference_storages:
+            self._check_inference_write_as_eager(func, args, kwargs)
+        with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
+            resize_outs_as_eager(func, args, kwargs)
+        refuse_order_dependent_writes(func, args, kwargs)
         self.clock += 1
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         parent_geometry = _geometry(first) if first is not None and first.layout == torch.strided else None
@@ -257,21 +278,25 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
-        self._check_overlap_as_eager(func, args, kwargs)
-        if self._inference_storages:
-            self._check_inference_write_as_eager(func, args, kwargs)
         out = func(*args, **kwargs)
         if self._source_storages:
             self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
-        # resize_ within its storage changes geometry only (growing it is a write into new memory).
-        resized_within = nbytes_before >= 0 and first is not None and first.untyped_storage().nbytes() == nbytes_before
-        metadata_only = metadata_only or resized_within
-        if resized_within and first is not None and storage_key(first) in self._source_storages:
+        # resize_ within its storage changes geometry only; growing an intermediate's is a write into new
+        # memory, growing an input's is done before the call (by the MetadataMutation layer).
+        resized = False
+        if first is not None and nbytes_before >= 0:
+            resized = first.untyped_storage().nbytes() == nbytes_before or self._is_source(first)
+        metadata_only = metadata_only or resized
+        if resized and first is not None and self._is_source(first):
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
+            if first.untyped_storage().nbytes() > nbytes_before:
+                self.grown[storage_key(first)] = first.untyped_storage().nbytes()
         grad_enabled = torch.is_grad_enabled()
-        for position in written_positions(func, args):
-            value = _argument(func, args, kwargs, position)
+        # An op writing out= an alias of its input returns that alias: not a view it makes.
+        writes = written_positions(func, args)
+        for position in writes:
+            value = dispatched_argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
@@ -281,16 +306,16 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # The tensor changes geometry in place: to take it again, take its old self, then the
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
             twin, twin_args = _out_of_place_view(func), tuple(args[1:])
-            if resized_within:
+            if resized:
                 twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
             if twin is not None:
-                step = ViewStep(twin, twin_args, step_kwargs, None, grad_enabled, self.clock * 1024, None, version)
-                self.nodes[id(first)] = _Node(first, self.node(first), step, parent_geometry)
-        elif (
-            first is not None
-            and (func.is_view or self._aliases_source(first, out))
-            and not _returns_argument(out, args, kwargs)
-        ):
+                # A view keeps the grad mode it was made in (its creation meta) through in-place changes.
+                made = self.node(first)
+                view_grad_enabled = made.step.grad_enabled if made.step is not None else grad_enabled
+                key = self.clock * 1024
+                step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, version, True)
+                self.nodes[id(first)] = _Node(first, made, step, parent_geometry)
+        elif first is not None and (func.is_view or (not writes and self._aliases_source(first, out))):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
             parent = self.node(first)
             for item, view in views:
@@ -299,6 +324,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _is_source(self, tensor: torch.Tensor) -> bool:
+        return storage_key(tensor) in self._source_storages
 
     def _changed_geometry(self, tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
         """An input's current geometry (offset relative to its initial one) if it changed in place, else None."""
@@ -321,7 +349,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Eager's refusal of in-place ops on inference tensors outside inference mode (a tensor that is
         itself a ``detach()`` or ``.data`` of one has a version counter and may be written)."""
         for position in written_positions(func, args):
-            value = _argument(func, args, kwargs, position)
+            value = dispatched_argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if not isinstance(tensor, torch.Tensor) or storage_key(tensor) not in self._inference_storages:
                     continue
@@ -347,16 +375,6 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 "its kernel visits the elements in, which a compiled graph does not reproduce. Clone the tensor "
                 "read first."
             )
-        if torch.Tag.inplace_view in func.tags or func._schema.name.split("::")[-1] in INTERNAL_OVERLAP_ALLOWED:
-            return
-        for position in written_positions(func, args):
-            value = _argument(func, args, kwargs, position)
-            if isinstance(value, torch.Tensor) and _may_overlap_itself(value):
-                raise UnsupportedMutationError(
-                    f"{func} writes into a tensor whose elements share memory with each other (an unfold or "
-                    "as_strided view, say): eager's result depends on the order its kernel writes them in, "
-                    "which a compiled graph does not reproduce. Write into a tensor that does not overlap itself."
-                )
 
     def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
         key = self._alias_sources.get(id(arg))
@@ -412,28 +430,6 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             assert node.parent is not None
             node = node.parent
         return node.tensor
-
-
-def _may_overlap_itself(tensor: torch.Tensor) -> bool:
-    """Whether two indices of ``tensor`` may reach one memory element (stride 0 aside): each dimension,
-    by increasing stride, must step past everything the smaller ones span."""
-    if tensor.layout != torch.strided or tensor.numel() <= 1:
-        return False
-    spanned = 0
-    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if n > 1))
-    for stride, size in dims:
-        if stride == 0:
-            return False  # expanded: eager's own check decides
-        if stride <= spanned:
-            return True
-        spanned += (size - 1) * stride
-    return False
-
-
-def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
-    """The value a dispatched call of ``func`` passes for schema argument ``position``."""
-    argument = func._schema.arguments[position]
-    return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
 
 
 def _out_of_place_view(op: Any) -> Any:
@@ -532,6 +528,7 @@ def collect_meta(
             initial_storage,
             set_to,
             _history(fake) is not history,
+            recorder.grown.get(initial_storage[0], 0),
         )
         for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
             names,
@@ -628,9 +625,10 @@ def collect_meta(
         base_k = base_of_root[id(root)]
         output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
     backward_error = None
-    if any(info.mutates_data for info in input_info):
+    if any(info.mutates_data for info in input_info) or any(w.metadata_only for w in recorder.writes):
         with saved_tensor_hooks_suspended(), fake_mode:
-            backward_error = _eager_backward_error(outs, fakes)
+            # Through fresh views: autograd's record of a view whose geometry changed is stale on fakes.
+            backward_error = _eager_backward_error([fresh_views.fresh(out) for out in outs], fakes)
     return ViewAndMutationMeta(
         tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
     )
@@ -668,11 +666,12 @@ def _from_final_geometry(
 
 
 def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
-    """Run eager's backward on the fakes: the in-place-modification or overlap error it raises, if any.
+    """Run eager's backward on the fakes: the error a mutation makes it raise, if any.
 
     Writes into inputs bump version counters shared with other inputs and their
     views, which the compiled graphs (working on copies) cannot see; a write into an
-    expanded input leaves a history whose backward writes an expanded gradient.
+    expanded input leaves a history whose backward writes an expanded gradient; a
+    geometry changed under no_grad leaves a history expecting the old shape.
     """
     differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
     if not differentiable or not any(f.requires_grad for f in fakes):
@@ -681,8 +680,13 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
         # All the way to the leaves, as ``loss.backward()`` goes (``autograd.grad`` to the inputs stops short).
         with EagerOverlapChecks():
             torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
-    except RuntimeError as error:
-        if "modified by an inplace operation" in str(error) or is_overlap_error(error):
+    except Exception as error:  # others (autograd's stale view replay on fakes ...) are left to the trace
+        # A saved tensor written in place; an overlap eager's backward refuses; or a tensor's geometry
+        # changed under no_grad, so its history computes a gradient of its old shape.
+        message = str(error)
+        if "modified by an inplace operation" in message or "invalid gradient at index" in message or (
+            is_overlap_error(error)
+        ):
             return str(error)
     return None
 
@@ -701,10 +705,15 @@ def _input_info(
     initial_storage: tuple[int, tuple[int, int]],
     storage_set_to: tuple[str, int] | None,
     history_rewritten: bool,
+    storage_grown_to: int,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
-    data_writes = [w for w in writes if not w.metadata_only and w.storage == key and intersect(w.extent, interval)]
+    # Its memory: where it was, and where a resize_ or as_strided_ moved it in that storage.
+    intervals = [interval, touch_interval(fake)] if storage_key(fake) == key else [interval]
+    data_writes = [
+        w for w in writes if not w.metadata_only and w.storage == key and any(intersect(w.extent, i) for i in intervals)
+    ]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if storage_set_to is not None:
@@ -736,6 +745,7 @@ def _input_info(
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
         sets_requires_grad=sets_requires_grad and not data_writes,
         storage_set_to=storage_set_to,
+        storage_grown_to=storage_grown_to,
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "eager_overlap_error",
     "is_overlap_error",
     "order_dependent_read",
+    "same_data",
 ]
 
 OVERLAP = (
@@ -96,7 +97,7 @@ def _is_tensor_iterator_op(func: Any) -> bool:
     return packet is not None and any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
 
 
-def _same_data(a: torch.Tensor, b: Any) -> bool:
+def same_data(a: torch.Tensor, b: Any) -> bool:
     """``copy_``'s early exit: the source is the destination's very memory, as it sees it."""
     return (
         isinstance(b, torch.Tensor)
@@ -127,7 +128,7 @@ def _written_and_read(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[lis
         return [], []
     positions = written_positions(func, args)
     targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
-    if func._schema.name == "aten::copy_" and targets and _same_data(targets[0], args[1] if len(args) > 1 else None):
+    if func._schema.name == "aten::copy_" and targets and same_data(targets[0], args[1] if len(args) > 1 else None):
         return [], []
     others = range(len(func._schema.arguments))
     return targets, list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))

@@ -63,6 +63,9 @@ class ViewStep:
     from_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
     # How many times the viewed memory had been written when eager took the view (-1: not recorded).
     version: int = -1
+    # The step stands for an in-place geometry change (``t_``, ``resize_``): it keeps the tensor what it
+    # was, a view of the same base, or no view (a ``detach()`` alias) at all.
+    in_place: bool = False
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(self.grad_enabled):
@@ -71,6 +74,10 @@ class ViewStep:
                 tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *self.args, **dict(self.kwargs))
         result: torch.Tensor = out if self.item is None else out[self.item]
+        if self.in_place and tensor._base is None and not result.requires_grad:
+            with torch.no_grad():
+                geometry = (result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
+                result = torch.empty(0, dtype=result.dtype, device=result.device).set_(*geometry)
         return result
 
     def __str__(self) -> str:
@@ -153,6 +160,9 @@ class InputAliasInfo:
     # output k, ("fresh", -1) one the function made (its final value is returned by the graph);
     # ``final_metadata`` then holds the absolute offset in that storage.
     storage_set_to: tuple[str, int] | None = None
+    # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
+    # size in bytes after the call; 0 when it keeps its size.
+    storage_grown_to: int = 0
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:

@@ -313,8 +313,6 @@ PROGRAMS = {
 
 # Open: each strict, so a fix shows up.
 KNOWN_WRONG = {
-    ("resize_fill", "training"): "resize_ growing an intermediate is functionalized as a view of the old storage",
-    ("resize_fill", "inference"): "resize_ growing an intermediate is functionalized as a view of the old storage",
 }
 
 

@@ -11,6 +11,10 @@ outputs (views of the input replay from the geometry the input had when eager
 took them), the caller's tensor gets its final size, stride and offset, under
 the caller's grad mode, as eager's in-place view op left it. An output that is
 the input itself is returned here.
+
+A storage the function grows (``resize_``, or an ``out=`` op resizing its
+output, past the storage's end) is grown before the call, in place and keeping
+its data, as eager grows it: below, the resize is one within the storage.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 import torch
 
 from meta.indices import UserArg, UserOut
-from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
+from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version
@@ -39,10 +43,19 @@ class MetadataMutation:
         self._requires_grad_set: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
         self._fresh: tuple[UserArg, ...] = ()
+        # Inputs whose storage the function grows (resize_), and to how many bytes.
+        self._grown: tuple[tuple[UserArg, int], ...] = ()
+        # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
+        self._restrided_first: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta = outer.meta
         self._meta = meta
+        self._grown = tuple(
+            (UserArg(i), info.storage_grown_to) for i, info in enumerate(meta.input_info) if info.storage_grown_to
+        )
+        # The layers below are compiled for (and traced on) the grown storages.
+        _grow_storages(outer.args, self._grown)
         mutated = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_metadata)
         self._mutated = mutated
         self._requires_grad_set = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.sets_requires_grad)
@@ -56,6 +69,11 @@ class MetadataMutation:
         # Inputs set_() onto a storage the function made: the graph returns their final value.
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
+        restrided_first = tuple(i for i in mutated if _restrided_first(meta.input_info[i], outer.args[i]))
+        self._restrided_first = restrided_first
+        inner_args = list(outer.args)
+        for arg_idx in restrided_first:
+            inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
@@ -75,12 +93,18 @@ class MetadataMutation:
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(
-                dataclasses.replace(info, mutates_metadata=False, final_metadata=None, storage_set_to=None)
-                for info in meta.input_info
+                dataclasses.replace(
+                    info,
+                    mutates_metadata=False,
+                    final_metadata=None,
+                    storage_set_to=None,
+                    is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
+                )
+                for i, info in enumerate(meta.input_info)
             ),
             output_info=split.inner_output_info(meta) + tuple(final_value(i) for i in fresh),
         )
-        return Stage(inner_fn, outer.args, inner_meta)
+        return Stage(inner_fn, inner_args, inner_meta)
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta, mutated, split = self._meta, self._mutated, self._split
@@ -89,15 +113,18 @@ class MetadataMutation:
         if requires_grad_set:
             inner = _setting_requires_grad(inner, requires_grad_set)
         if not mutated:
-            return inner
+            return _growing_storages(inner, self._grown) if self._grown else inner
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
-        fresh = self._fresh
+        fresh, restrided_first = self._fresh, self._restrided_first
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
             versions = [version(target) for target in targets]
-            inner_outs = inner(args)
+            inner_args = list(args)
+            for arg_idx in restrided_first:
+                inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
+            inner_outs = inner(inner_args)
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
             inner_outs = inner_outs[:num_kept]
@@ -121,6 +148,8 @@ class MetadataMutation:
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     continue
+                if arg_idx in restrided_first:
+                    continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
                 # it is not, and a leaf requiring grad may change its geometry there.
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
@@ -128,7 +157,7 @@ class MetadataMutation:
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
             return outs
 
-        return run
+        return _growing_storages(run, self._grown) if self._grown else run
 
 
 def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:
@@ -138,6 +167,59 @@ def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torc
         holder = torch.empty(end, dtype=value.dtype, device=value.device)
         holder.as_strided(size, stride, offset).copy_(value)
     return holder.untyped_storage()
+
+
+def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """A leaf requiring grad whose geometry changes under no_grad: later uses differentiate the leaf in its
+    new geometry (its gradient has that shape), so it is restrided before the call and the function gets
+    a view of it in the old geometry, through which gradients reach the leaf as in eager.
+
+    Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
+    old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
+    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad):
+        return False
+    assert info.final_metadata is not None
+    size, stride, relative_offset = info.final_metadata
+    same_elements = relative_offset == 0 and sorted(zip(stride, size, strict=True)) == sorted(
+        zip(arg.stride(), arg.shape, strict=True)
+    )
+    return info.storage_set_to is None and (info.mutates_data or same_elements)
+
+
+def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """Give ``target`` its final geometry in place (under no_grad, as eager changed it); return a view of
+    it in the geometry it had."""
+    assert info.final_metadata is not None
+    size, stride, relative_offset = info.final_metadata
+    old = (tuple(target.shape), tuple(target.stride()), target.storage_offset())
+    with torch.no_grad():
+        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+    return target.as_strided(*old)
+
+
+def _stand_in_view(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """``_restrided_view`` of a leaf standing for ``arg`` (on its storage) while compiling."""
+    leaf = torch.empty(0, dtype=arg.dtype, device=arg.device)
+    with torch.no_grad():
+        leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
+    return _restrided_view(leaf.requires_grad_(arg.requires_grad), info)
+
+
+def _grow_storages(args: list[torch.Tensor], grown: tuple[tuple[UserArg, int], ...]) -> None:
+    """Grow each storage as eager's ``resize_`` grows it: in place (every tensor on it sees the new
+    memory), keeping its data. Below, the function's ``resize_`` is then one within the storage."""
+    for arg_idx, nbytes in grown:
+        storage = args[arg_idx].untyped_storage()
+        if storage.nbytes() < nbytes:
+            storage.resize_(nbytes)
+
+
+def _growing_storages(inner: Runtime, grown: tuple[tuple[UserArg, int], ...]) -> Runtime:
+    def run(args: list[torch.Tensor]) -> list[Any]:
+        _grow_storages(args, grown)
+        return inner(args)
+
+    return run
 
 
 def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:

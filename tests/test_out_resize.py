@@ -1,0 +1,281 @@
+"""Programs whose ``out=`` writes or ``resize_`` change a tensor's shape, and writes that read what they write.
+
+An ``out=`` op given a tensor of another shape resizes it first, as eager's
+``resize_output`` does: ``resize_`` to the result's shape, restrided to the
+inputs' layout for elementwise ops, the storage grown in place (every alias
+sees the new memory) when too small. Into an input that is a metadata change
+of the caller's tensor plus a data write; into an intermediate, a new value.
+Also: a leaf requiring grad whose geometry changes under ``no_grad`` (its
+gradient takes the new shape), histories that eager's backward rejects after
+such a change, and writes whose elements are read at another index (eager's
+result depends on its kernel's order: refused; or eager's overlap error).
+Eager is the oracle, in training and under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from aot.errors import UnsupportedMutationError
+from tests.oracle import check
+
+
+@pytest.fixture(autouse=True)
+def _quiet_resize_warnings():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+        yield
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _add_out_second(a0, a1):
+    torch.add(a0, 1, out=a1)
+    return ()
+
+
+def _no_grad_add_out_then_sum(a0, a1):
+    with torch.no_grad():
+        torch.add(a0, 1, out=a1)
+    return (a0.sum() + a1.sum(),)
+
+
+def _no_grad_add_out_then_return(a0, a1):
+    with torch.no_grad():
+        torch.add(a0, 1, out=a1)
+    return a1, a0.sum() + a1.sum()
+
+
+def _neg_out_first(a, b):
+    torch.neg(b, out=a)
+    return a * 2
+
+
+def _neg_out_view(a, b):
+    v = a[1:]
+    torch.neg(b, out=v)
+    return v + 1, a
+
+
+def _neg_out_intermediate(a, b):
+    v = a * 2
+    w = v[1:]
+    torch.neg(b, out=v)
+    return v + 1, w
+
+
+def _resize_input_past_its_storage(a):
+    a.resize_(6)
+    a[3:].fill_(1)
+    return a * 2
+
+
+def _add_out_detached_alias(a0):
+    v = a0.detach()
+    torch.add(a0, 1, out=v)
+    return (v,)
+
+
+def _no_grad_out_into_view_of_leaf(a0, a1):
+    v = a0.t()
+    with torch.no_grad():
+        torch.neg(a1, out=v)
+    return (v,)
+
+
+def _no_grad_transpose_leaf(a0, a1):
+    with torch.no_grad():
+        a1.t_()
+    return (a0.sum() + a1.sum(),)
+
+
+def _no_grad_out_then_views_taken_before(a0, a1):
+    v0 = a0[1:]
+    v1 = v0[..., ::2]
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0.sum() + a1.sum() + v0.sum() + v1.sum(),)
+
+
+def _no_grad_out_into_clone(a0, a1):
+    v0 = a1.clone()
+    with torch.no_grad():
+        torch.neg(a0, out=v0)
+    return (a0.sum() + a1.sum() + v0.sum(),)
+
+
+def _interleaved_out(x):
+    torch.neg(x[::2], out=x[1::2])
+    return x * 1
+
+
+def _out_reads_same_index(a0, a1):
+    torch.add(a0, 1, out=a1)
+    return a0 * 1, a1 * 1
+
+
+def _out_into_detached_alias_returned(a0, a1):
+    v1 = a0.detach()
+    torch.neg(a1.unsqueeze(0), out=v1)
+    return v1, a0
+
+
+def _out_into_emptied_input(a0):
+    a0.resize_(0)
+    torch.neg(a0.unsqueeze(0), out=a0)
+    return ()
+
+
+def _no_grad_out_into_returned_history(a0):
+    v = a0.unsqueeze(0).sin()
+    with torch.no_grad():
+        torch.neg(a0, out=v)
+    return (v,)
+
+
+def _transpose_complex_then_real(a0, a1):
+    a1.t_()
+    return a0.sum() + a1.real.sum()
+
+
+def _strided_leaf_args():
+    return randn(5).requires_grad_(), randn(2, 8, seed=1)[:, ::2].detach().requires_grad_()
+
+
+def _views_of_one_storage(grad: bool = True):
+    base = randn(24).requires_grad_(grad)
+    return base[3:15].view(3, 4)[:, 0], base[6:18].view(4, 3).t()
+
+
+PROGRAMS = {
+    # out= resizing an input within its storage: the caller's tensor restrided, then written
+    "add_out_resizes_strided_input": (_add_out_second, lambda: (randn(5), randn(2, 8, seed=1)[:, ::2])),
+    "add_out_resizes_view_input": (_add_out_second, lambda: (randn(3, 4)[:, 0], randn(24)[6:18].view(4, 3).t())),
+    # the resized geometry follows the input's layout, as TensorIterator allocates it
+    "neg_out_of_transposed_input": (_neg_out_first, lambda: (randn(20)[3:7], randn(3, 4).t())),
+    "neg_out_of_permuted_input": (_neg_out_first, lambda: (randn(30)[1:], randn(2, 3, 4).permute(2, 0, 1))),
+    # growing past the storage's end: the storage grows in place, every alias sees it
+    "neg_out_grows_input": (_neg_out_first, lambda: (torch.arange(3.0), torch.arange(8.0).view(2, 4))),
+    "neg_out_grows_input_view": (_neg_out_view, lambda: (torch.arange(3.0), torch.arange(8.0).view(2, 4))),
+    "neg_out_grows_intermediate": (_neg_out_intermediate, lambda: (torch.arange(3.0), torch.arange(8.0).view(2, 4))),
+    "resize_input_past_its_storage": (_resize_input_past_its_storage, lambda: (torch.arange(3.0),)),
+    # out= into an alias of the input it reads, at the same index: no view of the input is made
+    "add_out_detached_alias": (_add_out_detached_alias, lambda: (randn(10)[5:10],)),
+    "out_reads_same_index": (_out_reads_same_index, lambda: _views_of_one_storage(grad=False)),
+    # a resized detach() alias is still no view: its _base stays None, as in eager
+    "out_into_detached_alias_returned": (
+        _out_into_detached_alias_returned,
+        lambda: (lambda s: (s[0:24].view(4, 6), s[24:48].view(4, 6)))(randn(48)),
+    ),
+    # an empty result is allocated contiguously, whatever the input's layout
+    "out_into_emptied_input": (_out_into_emptied_input, lambda: (randn(3, 4),)),
+    # elements read and written interleave without meeting: not refused
+    "interleaved_out": (_interleaved_out, lambda: (randn(10),)),
+}
+
+# Programs with a gradient: a geometry changed under no_grad, then used with grad.
+GRAD_PROGRAMS = {
+    "no_grad_add_out_resizes_leaf": (_no_grad_add_out_then_sum, _strided_leaf_args),
+    "no_grad_add_out_resizes_view": (_no_grad_add_out_then_sum, _views_of_one_storage),
+    "no_grad_add_out_grows_view": (
+        _no_grad_add_out_then_sum,
+        lambda: ((randn(3, 1, seed=1)).expand(3, 4), (randn(8).requires_grad_() * 1)[2:6].view(2, 2)),
+    ),
+    # the resized view is returned: its history is re-taken in its new geometry, as eager's is
+    "no_grad_add_out_grows_returned_view": (
+        _no_grad_add_out_then_return,
+        lambda: ((randn(3, 1, seed=1)).expand(3, 4), (randn(8).requires_grad_() * 1)[2:6].view(2, 2)),
+    ),
+    "no_grad_transpose_strided_leaf": (_no_grad_transpose_leaf, _strided_leaf_args),
+    "no_grad_out_into_transposed_leaf": (
+        _no_grad_out_into_view_of_leaf,
+        lambda: (randn(4, 1).requires_grad_(), randn(4, 1, seed=1).requires_grad_() * 1),
+    ),
+    # eager's backward rejects the old history's gradient of the new shape: so must the compiled one
+    "no_grad_out_then_views_taken_before": (
+        _no_grad_out_then_views_taken_before,
+        lambda: (randn(2, 3, 4).requires_grad_() * 1, randn(2, 2, seed=1).requires_grad_()),
+    ),
+    "no_grad_out_into_returned_history": (
+        _no_grad_out_into_returned_history,
+        lambda: (randn(19).requires_grad_()[7:19].view(3, 4),),
+    ),
+    # a view of another dtype taken after the change is not re-taken by strides (FreshViews)
+    "transpose_complex_input_then_real": (
+        _transpose_complex_then_real,
+        lambda: (randn(3, 4).requires_grad_(), randn(3, 4, seed=1).to(torch.complex64)),
+    ),
+    "no_grad_out_into_clone": (
+        _no_grad_out_into_clone,
+        lambda: (randn(2, 8)[:, 2], randn(2, 3, 4, seed=1).requires_grad_()),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS, *GRAD_PROGRAMS])
+def test_training(name):
+    fn, make = {**PROGRAMS, **GRAD_PROGRAMS}[name]
+    check(fn, make, deep=True)
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS, *GRAD_PROGRAMS])
+def test_inference(name):
+    fn, make = {**PROGRAMS, **GRAD_PROGRAMS}[name]
+    with torch.no_grad():
+        check(fn, make, backward=False, deep=True)
+
+
+def _neg_out_over_expanded_input(a0, a1):
+    torch.neg(a0, out=a1)
+    return ()
+
+
+def _add_transposed_out(a0):
+    v0 = a0.t()
+    torch.add(v0, 1, out=a0)
+    return (a0.sum() + v0.sum(),)
+
+
+ORDER_DEPENDENT = {
+    # the resized output covers the expanded input's memory: later indices read what earlier ones wrote
+    "neg_out_over_expanded_input": (
+        _neg_out_over_expanded_input,
+        lambda: (lambda s: (s[1:4].expand(2, 3), s[1:7:2]))(torch.randint(-4, 5, (24,))),
+    ),
+    # out= its own transpose, not dense (eager does not check): element (i, j) reads what (j, i) wrote
+    "add_transposed_out": (_add_transposed_out, lambda: (randn(3, 8)[:, 1::3].requires_grad_(False),)),
+}
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("name", ORDER_DEPENDENT)
+def test_order_dependent_write_is_refused_before_touching_inputs(name, grad):
+    import aot
+
+    fn, make = ORDER_DEPENDENT[name]
+    args = make()
+    before = [(a.clone(), tuple(a.shape), a.stride(), a._version) for a in args]
+    with torch.set_grad_enabled(grad), pytest.raises(UnsupportedMutationError, match="order its kernel visits"):
+        aot.aot_function(fn, aot.nop)(*args)
+    for arg, (values, shape, stride, version) in zip(args, before, strict=True):
+        assert (tuple(arg.shape), arg.stride(), arg._version) == (shape, stride, version)
+        torch.testing.assert_close(arg, values)
+
+
+def test_partial_overlap_raises_as_eager():
+    """TensorIterator's overlap check, on the out= argument before it is resized."""
+
+    def f(a0, a1):
+        torch.neg(a0, out=a1)
+        return ()
+
+    def make():
+        base = randn(19)
+        return base[0:12].view(3, 4), base[7:19].view(3, 4)
+
+    check(f, make)
