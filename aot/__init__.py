@@ -8,7 +8,7 @@ the eager function.
 from aot import inspect, logs  # logs: AOTFX_LOGS takes effect on import
 from aot.api import AOTFunction, AOTModule, aot_export_joint, aot_function, aot_module, aot_module_simplified
 from aot.backends import boxed_nop, eager, make_boxed_func, nop
-from aot.partition import default_partition
+from aot.compile.partition import default_partition
 
 __version__ = "0.1.0"
 

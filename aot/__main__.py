@@ -29,7 +29,7 @@ import torch.fx as fx
 from torch import nn
 
 import aot
-from aot.core import CompiledEntry
+from aot.compile.core import CompiledEntry
 from aot.demo import GPTConfig, make_batches, make_model
 from aot.inspect import saved_bytes, saved_for_backward
 
@@ -160,8 +160,7 @@ def run(steps: int = 5, seed: int = 0, lr: float = 3e-3, report: bool = False) -
 
 def cache_command(argv: Sequence[str]) -> int:
     """``python -m aot cache info|clear [--dir DIR]``: the persistent compile cache's size, or empty it."""
-    from aot import cache_store
-    from aot.cache import ENV_DIR
+    from aot.cache import ENV_DIR, store
 
     parser = argparse.ArgumentParser(prog="python -m aot cache", description="Inspect or clear the compile cache.")
     parser.add_argument("action", choices=["info", "clear"])
@@ -171,9 +170,9 @@ def cache_command(argv: Sequence[str]) -> int:
         print(f"no persistent cache directory: pass --dir or set {ENV_DIR}")
         return 1
     if args.action == "clear":
-        print(f"{args.dir}: removed {cache_store.clear(args.dir)} entries")
+        print(f"{args.dir}: removed {store.clear(args.dir)} entries")
     else:
-        entries, size = cache_store.info(args.dir)
+        entries, size = store.info(args.dir)
         print(f"{args.dir}: {entries} entries, {size / 1024:.1f} KiB")
     return 0
 

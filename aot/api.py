@@ -23,17 +23,18 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from aot import cache, entry_cache, logs
+from aot import logs
 from aot.backends import nop
-from aot.binding import defer_unbinding
+from aot.cache import entries, keys
+from aot.compile.binding import defer_unbinding
+from aot.compile.core import CompiledEntry, compile_core, runtime_from_graphs
+from aot.compile.failures import trace_errors
+from aot.compile.fallbacks import fake_kernel_fallbacks, fallback_applies
+from aot.compile.partition import default_partition
+from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
-from aot.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.errors import UnsupportedInputError
-from aot.failures import trace_errors
-from aot.fallbacks import fake_kernel_fallbacks, fallback_applies
-from aot.partition import default_partition
 from aot.signature import input_signature
-from aot.trace import trace_joint
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from wrappers import Stage, compile_through, default_layers
 
@@ -233,16 +234,16 @@ class AOTFunction:
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
     ) -> tuple[CompiledEntry, _CallingConvention]:
-        reused = cache.reuse_trace(self.fn, self.config, key)
+        reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused
             return reused  # type: ignore[no-any-return]
         start = time.perf_counter()
         _check_call(self.fn, args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
-        directory = self.config.cache_dir or os.environ.get(cache.ENV_DIR)
-        stored_key = entry_cache.entry_key(self._program_key, key) if directory and self._program_key else None
-        loaded = entry_cache.load(directory, stored_key) if directory and stored_key else None
+        directory = self.config.cache_dir or os.environ.get(keys.ENV_DIR)
+        stored_key = entries.entry_key(self._program_key, key) if directory and self._program_key else None
+        loaded = entries.load(directory, stored_key) if directory and stored_key else None
 
         def build() -> tuple[CompiledEntry, _CallingConvention]:
             if loaded is not None:
@@ -260,7 +261,7 @@ class AOTFunction:
                 and not entry.extra.get("backward_writes")
             ):
                 graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
-                entry_cache.save(directory, stored_key, stage.meta, convention, graphs)
+                entries.save(directory, stored_key, stage.meta, convention, graphs)
             return entry, convention
 
         with trace_errors():
@@ -280,7 +281,7 @@ class AOTFunction:
             if info.offset_sensitive
         )
         self._cache[key] = (entry, convention)
-        cache.remember_trace(self.fn, self.config, key, (entry, convention))
+        keys.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention
 
     def _restore(
@@ -570,7 +571,7 @@ def aot_module_simplified(
         cache_dir,
     )
     # The program is the graph itself: its canonical form keys whole entries across processes.
-    program = entry_cache.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
+    program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
     compiled = AOTModule(mod, config, program_key=program)
 
     def forward(*runtime_args: Any) -> Any:

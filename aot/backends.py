@@ -13,13 +13,10 @@ from typing import Any
 import torch.fx as fx
 
 __all__ = [
-    "aotfx",
-    "aotfx_inductor",
     "boxed_nop",
     "eager",
     "inductor",
     "inductor_decompositions",
-    "make_backend",
     "make_boxed_func",
     "nop",
     "to_boxed",
@@ -104,36 +101,3 @@ def _fake_mode_of(example_inputs: list[Any]) -> Any:
         if isinstance(value, FakeTensor):
             return value.fake_mode
     return contextlib.nullcontext()
-
-
-def make_backend(
-    fw_compiler: Callable[..., Any] = nop,
-    bw_compiler: Callable[..., Any] | None = None,
-    partition_fn: Callable[..., Any] | None = None,
-    decompositions: Any = None,
-    inference_compiler: Callable[..., Any] | None = None,
-) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
-    """A ``torch.compile`` backend that runs aotfx around the given compilers.
-
-    ``decompositions`` is a table, or a function returning one (called per graph, so an
-    expensive table is only built when a graph is compiled).
-
-    ``torch.compile(model, backend=make_backend(my_compiler))``: Dynamo hands each
-    captured graph to ``aot_module_simplified``, which traces, functionalizes and
-    partitions it and gives the forward and backward graphs to the compilers.
-    """
-
-    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        from aot.api import aot_module_simplified
-
-        table = decompositions() if callable(decompositions) else decompositions
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler, bw_compiler, partition_fn, table, inference_compiler=inference_compiler
-        )
-
-    return backend
-
-
-# ``torch.compile(model, backend="aotfx")``, registered through the ``torch_dynamo_backends`` entry point.
-aotfx = make_backend(nop)
-aotfx_inductor = make_backend(inductor, decompositions=inductor_decompositions)

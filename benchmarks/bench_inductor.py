@@ -5,7 +5,7 @@ loss.backward()``), each on its own copy of the same initial model:
 
 - ``eager``: the model as it is;
 - ``inductor``: ``torch.compile(model, backend="inductor")``, torch's own AOTAutograd + Inductor;
-- ``aotfx_inductor``: ``torch.compile(model, backend=aot.backends.aotfx_inductor)``: Dynamo
+- ``aotfx_inductor``: ``torch.compile(model, backend=aot.dynamo.aotfx_inductor)``: Dynamo
   captures the graph, aotfx traces, functionalizes and partitions it, Inductor compiles
   each graph (``aot.backends.inductor``, traced with ``inductor_decompositions()``);
 - ``aot_module_inductor``: ``aot.aot_module(model, aot.backends.inductor, decompositions=...)``:
@@ -42,8 +42,9 @@ import torch
 
 import aot
 import aot.cache
-from aot.backends import aotfx_inductor, inductor, inductor_decompositions
+from aot.backends import inductor, inductor_decompositions
 from aot.demo import GPTConfig, TinyGPT, make_batches, make_model
+from aot.dynamo import aotfx_inductor
 
 IMPLS = ("eager", "inductor", "aotfx_inductor", "aot_module_inductor")
 SIZES = {

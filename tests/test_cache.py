@@ -17,10 +17,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import aot
-from aot import cache, cache_store
+from aot import cache
 from aot.cache import KeyContext, graph_key
-from aot.cache_store import CacheWarning
-from aot.partition import default_partition
+from aot.cache import store as cache_store
+from aot.cache.store import CacheWarning
+from aot.compile.partition import default_partition
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONTEXT = KeyContext.of({}, default_partition)
@@ -315,8 +316,8 @@ _WRITER = textwrap.dedent(
 
 
 def test_two_processes_writing_one_key_leave_one_valid_entry(tmp_path):
-    # cache_store needs only the standard library: load it alone so both writers start at once.
-    source = str(ROOT / "aot" / "cache_store.py")
+    # the store needs only the standard library: load it alone so both writers start at once.
+    source = str(ROOT / "aot" / "cache" / "store.py")
     writers = [
         subprocess.Popen([sys.executable, "-c", _WRITER, source, str(tmp_path), tag]) for tag in ("first", "second")
     ]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import aot
-from aot.backends import make_backend
+from aot.dynamo import make_backend
 
 
 @pytest.fixture(autouse=True)

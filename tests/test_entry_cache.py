@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import aot
-from aot import entry_cache
+from aot.cache import entries as entry_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from aot.functionalize import FUNCTIONAL_RULES, functional_variant, functionalize
+from aot.compile.functionalize import FUNCTIONAL_RULES, functional_variant, functionalize
 from meta.alias import written_positions
 from tests.oracle import assert_close
 

@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import aot
 import aot.cache
-import aot.trace
+import aot.compile.trace
 from aot import inspect as aot_inspect
 from aot import logs
 
@@ -44,7 +44,7 @@ def _compiled_mlp():
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """Trace with ``recording_source_lines`` around ``make_fx``, as ``aot.trace`` is meant to."""
+    """Trace with ``recording_source_lines`` around ``make_fx``, as ``aot.compile.trace`` is meant to."""
 
     def make_fx_recording(fn, **kwargs):
         traced = make_fx(fn, **kwargs)
@@ -55,7 +55,7 @@ def recorded(monkeypatch):
 
         return run
 
-    monkeypatch.setattr(aot.trace, "make_fx", make_fx_recording)
+    monkeypatch.setattr(aot.compile.trace, "make_fx", make_fx_recording)
 
 
 @pytest.fixture(autouse=True)

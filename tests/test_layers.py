@@ -625,3 +625,12 @@ def test_default_stack_over_an_eager_core():
     _assert_graph_meta(core_stage)
     for _ in range(2):
         assert_matches_eager(_everything, _everything_args, runtime)
+
+
+def test_layer_docstring_example_runs():
+    import doctest
+
+    import wrappers.base
+
+    result = doctest.testmod(wrappers.base)
+    assert result.attempted > 0 and result.failed == 0

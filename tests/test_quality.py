@@ -76,3 +76,69 @@ def test_ruff():
 def test_mypy_strict_on_meta_and_wrappers():
     result = subprocess.run([*_tool("mypy"), "meta", "wrappers", "aot"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_imports(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports anywhere (top level, inside functions, under TYPE_CHECKING).
+
+    ``from P import N`` imports the module ``P.N`` when there is one, else names of ``P``.
+    """
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in modules else node.module)
+    return found & modules
+
+
+def _import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1 or module in graph[module]:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_import_circle_detector_works():
+    assert _import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_package():
+    paths = {_module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+    modules = set(paths)
+    graph = {module: _module_imports(path, modules) - {module} for module, path in paths.items()}
+    circles = _import_circles(graph)
+    assert not circles, "modules importing each other in a circle: " + "; ".join(" <-> ".join(c) for c in circles)

@@ -36,7 +36,27 @@ class Stage:
 
 
 class Layer(Protocol):
-    """One rewrite of the calling convention. An instance serves one compile."""
+    """One rewrite of the calling convention. An instance serves one compile.
+
+    ``pre_compile`` turns the outer stage into the inner one the next layer (or the
+    core) compiles; ``post_compile`` wraps the compiled inner runtime into one with the
+    outer convention. A layer works around any inner runtime, here a hand-written one:
+
+    >>> import torch
+    >>> from meta.collect import collect_meta
+    >>> from wrappers.dedupe import Dedupe
+    >>> def f(a, b):
+    ...     return (a * b,)
+    >>> x = torch.full((2,), 3.0)
+    >>> outer = Stage(f, [x, x], collect_meta(f, [x, x], ["a", "b"]))
+    >>> layer = Dedupe()
+    >>> inner = layer.pre_compile(outer)  # f(x, x) is compiled as g(x) = f(x, x)
+    >>> len(inner.args)
+    1
+    >>> run = layer.post_compile(lambda args: list(inner.fn(*args)))  # the inner runtime, eager
+    >>> run([x, x])
+    [tensor([9., 9.])]
+    """
 
     def pre_compile(self, outer: Stage) -> Stage: ...
 

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from aot import cache, logs
-from aot.autograd import fresh_outputs, make_training_runtime
+from aot import logs
 from aot.backends import to_boxed
+from aot.cache import keys
+from aot.compile.autograd import fresh_outputs, make_training_runtime
+from aot.compile.failures import backend_errors
+from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
-from aot.failures import backend_errors
-from aot.trace import example_inputs, trace_inference, trace_joint
 from meta.overlap import is_overlap_error
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
@@ -124,10 +125,10 @@ def _compile(kind: str, gm: fx.GraphModule, compiler: Any, config: AOTConfig, re
     """Every backend compile goes through the compile cache: equal graphs compile once."""
     logs.log_graph(kind, gm)
     with backend_errors(kind, compiler, gm):
-        if restored and compiler in cache.BUILTIN_SERIALIZERS:
+        if restored and compiler in keys.BUILTIN_SERIALIZERS:
             return to_boxed(compiler(gm, example_inputs(gm)))
-        context = cache.KeyContext.of(config.decompositions, config.partition_fn)
-        return to_boxed(cache.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
+        context = keys.KeyContext.of(config.decompositions, config.partition_fn)
+        return to_boxed(keys.compile(kind, gm, example_inputs(gm), compiler, context, config.cache_dir))
 
 
 # Kernels that compute what the backward needs only when grad mode is on (mkldnn's LSTM workspace),

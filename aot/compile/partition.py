@@ -16,7 +16,7 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 
-from aot.descriptors import DESC, Saved, Tangent
+from aot.compile.descriptors import DESC, Saved, Tangent
 
 __all__ = ["default_partition", "output_values", "saved_values"]
 
@@ -53,7 +53,7 @@ def default_partition(
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Forward: what the outputs need. Backward: the rest. Saved: forward values the backward reads.
 
-    The joint graph is functional (``aot.functionalize``): data flow is all there is.
+    The joint graph is functional (``aot.compile.functionalize``): data flow is all there is.
 
     A value computed from primals alone but needed only by the backward (a
     weight's transpose, say) is computed in the backward, so it is not saved:

@@ -22,7 +22,7 @@ functions, lambdas, ``functools.partial`` and callable objects without
 process only (the cache holds a reference, so the identity is never reused)
 and are never persisted.
 
-Entries can also persist on disk (``aot.cache_store``): opt in with
+Entries can also persist on disk (``aot.cache.store``): opt in with
 ``cache_dir=`` or ``AOTFX_CACHE_DIR``, for compilers that can serialize what
 they compile (see :data:`BUILTIN_SERIALIZERS`).
 """
@@ -49,8 +49,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from aot import cache_store
 from aot.backends import boxed_nop, eager, nop
+from aot.cache import store
 
 __all__ = [
     "BUILTIN_SERIALIZERS",
@@ -464,7 +464,7 @@ def compile(
     persist = directory is not None and serializer is not None and context.stable and function_identity(compiler).stable
     if persist:
         assert directory is not None and serializer is not None
-        loaded = cache_store.load(directory, key)
+        loaded = store.load(directory, key)
         if loaded is not None:
             payload, seconds = loaded
             try:
@@ -487,7 +487,7 @@ def compile(
         except Exception as error:  # an unpicklable graph stays in process
             log.debug("aot cache: %s entry %s not serializable: %s", kind, key[:12], error)
         else:
-            if cache_store.store(directory, key, payload, seconds):
+            if store.store(directory, key, payload, seconds):
                 _CACHE.count(disk_writes=1)
     return compiled
 

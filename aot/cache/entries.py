@@ -10,7 +10,7 @@ An entry holds the user-level meta, the calling convention and the forward,
 backward or inference graphs. A warm start loads it, lets the layers rebuild
 their runtimes around the stored meta, and sends each graph to its compiler
 through the compile cache: no meta collection, tracing, functionalization or
-partitioning. Storage, integrity and permission checks are ``aot.cache_store``'s.
+partitioning. Storage, integrity and permission checks are ``aot.cache.store``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from aot import cache, cache_store
+from aot.cache import keys, store
 
 __all__ = ["entry_key", "load", "program_key", "save"]
 
@@ -38,13 +38,13 @@ _GRAPHS = ("forward", "backward", "inference")
 def program_key(gm: fx.GraphModule, config: Any) -> str | None:
     """The key of a GraphModule program compiled with ``config``; ``None`` if no key survives a process."""
     compilers = (config.fw_compiler, config.bw_compiler, config.inference_compiler)
-    identities = [cache.function_identity(compiler) for compiler in compilers]
-    context = cache.KeyContext.of(config.decompositions, config.partition_fn)
+    identities = [keys.function_identity(compiler) for compiler in compilers]
+    context = keys.KeyContext.of(config.decompositions, config.partition_fn)
     if not context.stable or not all(identity.stable for identity in identities):
         return None
     try:
-        text = cache.canonical_graph(gm)
-    except cache.Uncacheable:
+        text = keys.canonical_graph(gm)
+    except keys.Uncacheable:
         return None
     parts = [text, *(identity.text for identity in identities), context.partitioner, *context.decompositions]
     parts.append(context.versions)
@@ -140,12 +140,12 @@ def save(directory: str, key: str, meta: Any, convention: Any, graphs: dict[str,
         pickler.dump({"meta": meta, "convention": convention, "graphs": stored})
     except (pickle.PicklingError, TypeError, AttributeError):
         return False
-    return cache_store.store(directory, key, buffer.getvalue(), 0.0)
+    return store.store(directory, key, buffer.getvalue(), 0.0)
 
 
 def load(directory: str, key: str) -> tuple[Any, Any, dict[str, fx.GraphModule | None]] | None:
     """The stored (meta, convention, graphs) of ``key``, or ``None`` on a miss or an unusable entry."""
-    found = cache_store.load(directory, key)
+    found = store.load(directory, key)
     if found is None:
         return None
     try:

@@ -5,7 +5,7 @@ Two shapes of graph come out: the *joint* graph
 is needed, and the *inference* graph ``(primals...) -> (outputs...)`` otherwise.
 Both have flat positional placeholders named ``primals_i``/``tangents_i``, no
 ``detach`` (graphs run without autograd, so it is a no-op there), no mutating
-op (``aot.functionalize``), and a typed descriptor on every placeholder and output.
+op (``aot.compile.functionalize``), and a typed descriptor on every placeholder and output.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aot.binding import bindings_held
-from aot.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
-from aot.functionalize import functionalize
-from aot.inspect import recording_source_lines
-from aot.partition import output_values
+from aot.compile.binding import bindings_held
+from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
+from aot.compile.functionalize import functionalize
+from aot.compile.partition import output_values
+from aot.compile.source_lines import recording_source_lines
 from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError

@@ -18,7 +18,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
-from aot.failures import _fake_kernel_op
+from aot.compile.failures import _fake_kernel_op
 
 __all__ = ["fake_kernel_fallbacks", "fallback_applies", "grouped_mm_reference"]
 

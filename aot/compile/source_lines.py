@@ -1,0 +1,124 @@
+"""The user source line of each traced op: recorded while tracing, read back for reports and errors.
+
+:func:`recording_source_lines` wraps a ``make_fx`` call: every node it makes gets
+``node.meta["stack_trace"]`` listing the frames of the traced function (not torch's, not
+aotfx's) that issued the torch call it came from; :func:`source_line` reads the innermost
+one back as ``file:line in function: code``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import sysconfig
+import threading
+import traceback
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx as fx
+import torch.fx.traceback as fx_traceback
+from torch.overrides import TorchFunctionMode
+
+if TYPE_CHECKING:
+    pass
+
+
+__all__ = ["recording_source_lines", "source_line"]
+
+
+_PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Frames in these directories are never "the user's line": torch, the standard library, aotfx itself.
+_LIBRARY_DIRS = tuple(
+    os.path.join(directory, "")
+    for directory in (
+        os.path.dirname(torch.__file__),
+        sysconfig.get_paths()["stdlib"],
+        *(os.path.join(_PROJECT, package) for package in ("aot", "meta", "wrappers")),
+    )
+)
+_recording = threading.local()
+
+
+_USER_FILES = (os.path.join(_PROJECT, "aot", "demo.py"),)  # the demo model is user code
+
+
+def _is_user(frame: FrameType) -> bool:
+    filename = frame.f_code.co_filename
+    if filename.startswith("<"):
+        # Code without a file: the user's (``python -c``, exec, IPython) runs in a module namespace;
+        # make_fx's generated wrappers run with bare globals; frozen modules are the import system.
+        module = frame.f_globals.get("__name__")
+        return isinstance(module, str) and not module.startswith("torch") and not filename.startswith("<frozen")
+    return not filename.startswith(_LIBRARY_DIRS) or filename in _USER_FILES
+
+
+class _SourceLines(TorchFunctionMode):
+    """Sets the fx stack trace to the user frames of each torch call while it is traced."""
+
+    def __init__(self, outer: set[FrameType]) -> None:
+        super().__init__()
+        self.outer = outer
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        user: list[tuple[FrameType, int]] = []
+        frame = sys._getframe(1)
+        while frame is not None and frame not in self.outer:
+            if _is_user(frame):
+                user.append((frame, frame.f_lineno))
+            frame = frame.f_back  # type: ignore[assignment]
+        previous = fx_traceback.get_current_meta().get("stack_trace")
+        fx_traceback.set_stack_trace(traceback.StackSummary.extract(reversed(user)).format())
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            fx_traceback.set_stack_trace([previous] if previous else [])
+
+
+@contextlib.contextmanager
+def recording_source_lines() -> Iterator[None]:
+    """While active, ``make_fx`` records on each node the user code lines that produced it.
+
+    Wrap a ``make_fx`` call in it: every node gets ``node.meta["stack_trace"]`` listing the
+    frames of the traced function (not torch's, not aotfx's, not the caller's) that issued
+    the torch call it came from. Nodes the autograd engine makes (the backward) get none.
+    Re-entering it is a no-op.
+    """
+    if getattr(_recording, "active", False):
+        yield
+        return
+    outer: set[FrameType] = set()
+    frame: FrameType | None = sys._getframe(0)
+    while frame is not None:
+        outer.add(frame)
+        frame = frame.f_back
+    _recording.active = True
+    try:
+        with fx_traceback.preserve_node_meta(), _SourceLines(outer):
+            yield
+    finally:
+        _recording.active = False
+
+
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n(?:(?!\s*File ")(?P<code>[^\n]*))?'
+)
+
+
+def source_line(node: fx.Node | None) -> str | None:
+    """``file:line in function: code`` of the innermost user frame in the node's stack trace, if recorded."""
+    trace = None if node is None else node.meta.get("stack_trace")
+    if not trace:
+        return None
+    frames = list(_FRAME.finditer(trace))
+    if not frames:
+        return None
+    last = frames[-1]
+    code = (last["code"] or "").strip()
+    file = "cell" if "ipykernel_" in last["file"] else os.path.basename(last["file"])  # a notebook cell
+    where = f"{file}:{last['line']} in {last['fn'].strip()}"
+    return f"{where}: {code}" if code else where
