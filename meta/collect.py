@@ -31,6 +31,7 @@ from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.out_resize import resize_outs_as_eager
 from meta.overlap import (
     EagerOverlapChecks,
+    dispatched_argument,
     eager_overlap_error,
     is_overlap_error,
     order_dependent_read,
@@ -46,7 +47,7 @@ from meta.view_and_mutation import (
     ViewStep,
     replay_views,
 )
-from meta.write_order import check_writes_as_eager, dispatched_argument, refuse_order_dependent_writes
+from meta.write_order import refuse_order_dependent_writes, refuse_self_overlapping_writes
 
 __all__ = [
     "ABSOLUTE_OFFSET_OPS",
@@ -260,7 +261,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        check_writes_as_eager(func, args, kwargs)
+        refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
         if self._inference_storages:
             self._check_inference_write_as_eager(func, args, kwargs)
@@ -684,8 +685,10 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
         # A saved tensor written in place; an overlap eager's backward refuses; or a tensor's geometry
         # changed under no_grad, so its history computes a gradient of its old shape.
         message = str(error)
-        if "modified by an inplace operation" in message or "invalid gradient at index" in message or (
-            is_overlap_error(error)
+        if (
+            "modified by an inplace operation" in message
+            or "invalid gradient at index" in message
+            or (is_overlap_error(error))
         ):
             return str(error)
     return None

@@ -27,7 +27,9 @@ __all__ = [
     "INTERNAL_OVERLAP_ALLOWED",
     "OVERLAP",
     "EagerOverlapChecks",
+    "dispatched_argument",
     "eager_overlap_error",
+    "element_offsets",
     "is_overlap_error",
     "order_dependent_read",
     "same_data",
@@ -116,7 +118,8 @@ def _tensors(values: Any) -> Iterator[torch.Tensor]:
             yield value
 
 
-def _argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
+def dispatched_argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
+    """The value a dispatched call of ``func`` passes for schema argument ``position``."""
     argument = func._schema.arguments[position]
     return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
 
@@ -127,11 +130,11 @@ def _written_and_read(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[lis
     if torch.Tag.inplace_view in func.tags:
         return [], []
     positions = written_positions(func, args)
-    targets = list(_tensors(_argument(func, args, kwargs, p) for p in positions))
+    targets = list(_tensors(dispatched_argument(func, args, kwargs, p) for p in positions))
     if func._schema.name == "aten::copy_" and targets and same_data(targets[0], args[1] if len(args) > 1 else None):
         return [], []
     others = range(len(func._schema.arguments))
-    return targets, list(_tensors(_argument(func, args, kwargs, p) for p in others if p not in positions))
+    return targets, list(_tensors(dispatched_argument(func, args, kwargs, p) for p in others if p not in positions))
 
 
 def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | None:
@@ -152,7 +155,7 @@ def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | N
     return None
 
 
-def _element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The storage offset of each element of ``tensor`` broadcast to ``shape``, flat (a real tensor; call
     it with fake tensors unset)."""
     extent = int(storage_extent(tensor)[1])
@@ -177,7 +180,7 @@ def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.
                 return read  # elements of different widths on one memory: not worth telling apart
             with unset_fake_temporarily():
                 try:
-                    written, read_at = _element_offsets(target, target.shape), _element_offsets(read, target.shape)
+                    written, read_at = element_offsets(target, target.shape), element_offsets(read, target.shape)
                 except RuntimeError:
                     continue  # not broadcastable: the op itself raises
                 if bool((torch.isin(read_at, written) & (read_at != written)).any()):

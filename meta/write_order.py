@@ -1,12 +1,9 @@
-"""Eager's rules for a write into memory that the op also reads, or that it writes twice (TensorIterator order).
+"""Writes whose result depends on the order a kernel visits elements: refused, as no graph reproduces it.
 
-The out= and order-dependence half of the overlap rules; ``meta.overlap`` holds eager's error checks
-used forward and backward (two helpers wrote them side by side: to be folded into one).
-
-Fake kernels check none of them. ``check_writes_as_eager`` raises what eager
-raises (a write into an expanded tensor, TensorIterator's partial-overlap check,
-``index_put_`` reading what it writes) and refuses a write target overlapping
-itself; it runs before an ``out=`` argument is resized, as eager's checks do.
+Eager's own overlap errors (expanded targets, TensorIterator's partial overlap, the
+index ops) are ``meta.overlap``'s. ``refuse_self_overlapping_writes`` refuses a write
+target overlapping itself (and keeps a stricter ``index_put_`` values check); it runs
+before an ``out=`` argument is resized, as eager's checks do.
 ``refuse_order_dependent_writes`` runs on the geometry the op writes: it refuses
 a write whose elements the op also reads at another index (``x.add_(x.t())`` on
 a strided ``x``, an ``out=`` resized over its input), where eager's result
@@ -20,36 +17,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._python_dispatch import _disable_current_modes
 
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
-from meta.overlap import same_data
-from meta.storage import expanded_dims, intersect, overlaps, storage_key
+from meta.overlap import INTERNAL_OVERLAP_ALLOWED, OVERLAP, dispatched_argument, element_offsets, same_data
+from meta.storage import overlaps
 
-__all__ = ["check_writes_as_eager", "dispatched_argument", "refuse_order_dependent_writes"]
+__all__ = ["refuse_order_dependent_writes", "refuse_self_overlapping_writes"]
 
-# Writes eager allows into a tensor with several indices per memory element (an expanded one); every
-# other write there raises in eager, where fake tensors do not check.
-_OVERLAPPING_WRITES_ALLOWED = frozenset(
-    {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_", "index_fill_"}
-)
 # Writes eager refuses when a value read shares memory with the tensor written.
 _NO_OVERLAP_WITH_VALUES = frozenset({"index_put_", "_index_put_impl_"})
-_OVERLAP = (
-    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
-    "location. Please clone() the tensor before performing the operation."
-)
-_INTERNAL_OVERLAP = (
-    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
-    "Please clone() the tensor before performing the operation."
-)
 
 
-def check_writes_as_eager(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-    """Raise what eager raises for a write into memory the op also reads, or writes twice, which fake
-    kernels allow; refuse one overlapping itself. Call it before the op resizes its out= arguments."""
+def refuse_self_overlapping_writes(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    """Refuse a write into a tensor overlapping itself (an unfold, an as_strided view); raise eager's error
+    for ``index_put_`` values sharing memory with what it writes. Eager's other overlap errors are
+    ``meta.overlap``'s. Call it before the op resizes its out= arguments."""
     if torch.Tag.inplace_view in func.tags:
         return
     name = func._schema.name.split("::")[-1]
@@ -59,9 +43,7 @@ def check_writes_as_eager(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         value = dispatched_argument(func, args, kwargs, position)
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             continue
-        if name not in _OVERLAPPING_WRITES_ALLOWED and expanded_dims(value.shape, value.stride()):
-            raise RuntimeError(_INTERNAL_OVERLAP)
-        if name not in _OVERLAPPING_WRITES_ALLOWED and _may_overlap_itself(value):
+        if name not in INTERNAL_OVERLAP_ALLOWED and _may_overlap_itself(value):
             raise UnsupportedMutationError(
                 f"{func} writes into a tensor whose elements share memory with each other (an unfold or "
                 "as_strided view, say): eager's result depends on the order its kernel writes them in, "
@@ -70,11 +52,7 @@ def check_writes_as_eager(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         if name in _NO_OVERLAP_WITH_VALUES:
             for other in args[position + 1 :]:
                 if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
-                    raise RuntimeError(_OVERLAP)
-        if _elementwise(func):
-            # TensorIterator's check, before it resizes an out= argument.
-            if any(_partial_overlap(value, other) for other in _read_tensors(func, args, kwargs)):
-                raise RuntimeError(_OVERLAP)
+                    raise RuntimeError(OVERLAP)
 
 
 def refuse_order_dependent_writes(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
@@ -82,7 +60,7 @@ def refuse_order_dependent_writes(func: Any, args: Any, kwargs: dict[str, Any]) 
     strided ``x``, ``out=`` resized over its input): eager's result depends on the order its kernel
     visits the elements in, which a compiled graph does not reproduce."""
     name = func._schema.name.split("::")[-1]
-    if torch.Tag.inplace_view in func.tags or name in _OVERLAPPING_WRITES_ALLOWED:
+    if torch.Tag.inplace_view in func.tags or name in INTERNAL_OVERLAP_ALLOWED:
         return
     for position in written_positions(func, args):
         value = dispatched_argument(func, args, kwargs, position)
@@ -127,20 +105,6 @@ def _read_tensors(func: Any, args: Any, kwargs: dict[str, Any]) -> list[torch.Te
     return [t for t in flat if isinstance(t, torch.Tensor) and t.layout == torch.strided]
 
 
-def _partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """eager's ``get_overlap_status(a, b) == PARTIAL``: both dense, their memory ranges meet, not as the
-    same range with the same strides (tensors that are not dense are not checked)."""
-    if a is b or storage_key(a) != storage_key(b) or a.numel() == 0 or b.numel() == 0:
-        return False
-    if not (is_non_overlapping_and_dense_or_false(a) and is_non_overlapping_and_dense_or_false(b)):
-        return False
-    a_range = (int(a.storage_offset()) * a.element_size(), (int(a.storage_offset()) + a.numel()) * a.element_size())
-    b_range = (int(b.storage_offset()) * b.element_size(), (int(b.storage_offset()) + b.numel()) * b.element_size())
-    if a_range == b_range:
-        return a.stride() != b.stride()
-    return intersect(a_range, b_range)
-
-
 def _elementwise(func: Any) -> bool:
     return torch.Tag.pointwise in func.tags or func._schema.name == "aten::copy_"
 
@@ -154,10 +118,10 @@ def _reads_after_write(written: torch.Tensor, read: torch.Tensor, elementwise: b
     if written.dtype != read.dtype or max(written.numel(), read.numel()) > limit:
         return True
     with _disable_current_modes():  # a small real computation on the geometry alone
-        written_at = _element_offsets(written)
+        written_at = element_offsets(written, written.shape)
         if not elementwise or not _broadcasts_to(read.shape, written.shape):
-            return bool(torch.isin(written_at, _element_offsets(read)).any())
-        read_at = _element_offsets(read.expand(written.shape))
+            return bool(torch.isin(written_at, element_offsets(read, read.shape)).any())
+        read_at = element_offsets(read, written.shape)
         ordered, writer = written_at.sort()
         slot = torch.searchsorted(ordered, read_at).clamp(max=len(ordered) - 1)
         found = ordered[slot] == read_at
@@ -168,16 +132,3 @@ def _broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
     return len(shape) <= len(target) and all(
         n in (1, m) for n, m in zip(reversed(shape), reversed(target), strict=False)
     )
-
-
-def _element_offsets(tensor: torch.Tensor) -> torch.Tensor:
-    offsets = torch.tensor([int(tensor.storage_offset())])
-    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-        offsets = (offsets.unsqueeze(-1) + torch.arange(size) * stride).flatten()
-    return offsets
-
-
-def dispatched_argument(func: Any, args: Any, kwargs: dict[str, Any], position: int) -> Any:
-    """The value a dispatched call of ``func`` passes for schema argument ``position``."""
-    argument = func._schema.arguments[position]
-    return kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
