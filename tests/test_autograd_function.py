@@ -22,6 +22,7 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
+from tests.functions import DoublesInPlace, Identity, ScalesBySavedThenDoublesIt, TriplesGradOutput
 from tests.oracle import check, functional_nop
 
 
@@ -138,18 +139,6 @@ def test_overlap_no_grad(name):
         check(fn, make, backward=False)
 
 
-class Identity(torch.autograd.Function):
-    """Returns its input as is: eager's output is a view of it whose backward halves the gradient."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 0.5
-
-
 class TailView(torch.autograd.Function):
     """Returns a view of its input, with a backward of its own."""
 
@@ -244,20 +233,6 @@ def _detach_written_with_grad(a):
     return (v,)
 
 
-class DoublesInPlace(torch.autograd.Function):
-    """Doubles its input in place and marks it dirty: eager records the write."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x.mul_(2)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
-
 def _dirty_then_return_input(a):
     DoublesInPlace.apply(a)
     return (a,)
@@ -315,21 +290,6 @@ def test_function_no_grad(name):
         check(fn, make, backward=False)
 
 
-class ScalesBySavedThenDoublesIt(torch.autograd.Function):
-    """Saves ``scale`` (no grad) and doubles it in its backward, as eager allows."""
-
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(scale)
-        return x * scale
-
-    @staticmethod
-    def backward(ctx, grad):
-        (scale,) = ctx.saved_tensors
-        scale.mul_(2)
-        return grad * scale, None
-
-
 class DoublesHeadOfSaved(torch.autograd.Function):
     """Writes only the first element of the saved ``scale`` in its backward."""
 
@@ -343,19 +303,6 @@ class DoublesHeadOfSaved(torch.autograd.Function):
         (scale,) = ctx.saved_tensors
         scale[0:1].mul_(2)
         return grad * scale, None
-
-
-class TriplesGradOutput(torch.autograd.Function):
-    """Writes ``grad_output`` in place and returns it."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad.mul_(3)
-        return grad
 
 
 def _scale_by_saved(x, scale):

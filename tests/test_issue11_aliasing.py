@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import DoublesInPlace, Identity, ScalesBySavedThenDoublesIt, TriplesGradOutput
 from tests.oracle import check, params_with_known_wrong
 
 
@@ -36,16 +37,6 @@ def _meta_beside_base_args(grad: bool):
 
 
 # 2. autograd.Functions
-class Identity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, gx):
-        return gx * 0.5
-
-
 class ViewOfInput(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -54,18 +45,6 @@ class ViewOfInput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gx):
         return gx.view(2, 3) * 3
-
-
-class Dirty(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        x.mul_(2)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, gx):
-        return gx * 2
 
 
 class NonDifferentiable(torch.autograd.Function):
@@ -78,30 +57,6 @@ class NonDifferentiable(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gx, gindex):
         return gx * 2
-
-
-class MutatesSavedInput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(scale)
-        return x * scale
-
-    @staticmethod
-    def backward(ctx, gx):
-        (scale,) = ctx.saved_tensors
-        scale.mul_(2)
-        return gx * scale, None
-
-
-class MutatesGradOutput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, gx):
-        gx.mul_(3)
-        return gx
 
 
 def _leaf(*shape: int) -> torch.Tensor:
@@ -204,8 +159,8 @@ PROGRAMS = {
     "function_returning_its_input": (lambda x: Identity.apply(x), lambda: (_leaf(3),)),
     "function_returning_its_input_of_non_leaf": (lambda x: Identity.apply(x * 1), lambda: (_leaf(3),)),
     "function_returning_a_view": (lambda x: ViewOfInput.apply(x * 1), lambda: (_leaf(2, 3),)),
-    "function_marking_dirty": (lambda x: Dirty.apply(x * 1) + 1, lambda: (_leaf(3),)),
-    "function_marking_dirty_input": (lambda x: Dirty.apply(x), lambda: (_leaf(3) * 1,)),
+    "function_marking_dirty": (lambda x: DoublesInPlace.apply(x * 1) + 1, lambda: (_leaf(3),)),
+    "function_marking_dirty_input": (lambda x: DoublesInPlace.apply(x), lambda: (_leaf(3) * 1,)),
     "function_non_differentiable_output": (lambda x: NonDifferentiable.apply(x), lambda: (_leaf(4),)),
     "requires_grad_on_view_of_input": (_requires_grad_on_view, lambda: (torch.randn(2, 3, generator=_gen(0)),)),
     "requires_grad_on_intermediate": (_requires_grad_on_intermediate, lambda: (torch.randn(3, generator=_gen(0)),)),
@@ -213,10 +168,10 @@ PROGRAMS = {
     "set_on_input_then_write": (_set_then_write, lambda: (torch.zeros(2, 3),)),
     "set_intermediate_onto_view": (_set_intermediate_onto_view, lambda: (_leaf(2, 3),)),
     "backward_mutates_saved_input": (
-        lambda x, s: MutatesSavedInput.apply(x, s),
+        lambda x, s: ScalesBySavedThenDoublesIt.apply(x, s),
         lambda: (_leaf(3), torch.full((3,), 2.0)),
     ),
-    "backward_mutates_grad_output": (lambda x: MutatesGradOutput.apply(x), lambda: (_leaf(3),)),
+    "backward_mutates_grad_output": (lambda x: TriplesGradOutput.apply(x), lambda: (_leaf(3),)),
 }
 
 _SET = "set_ of an input onto a tensor made inside: the caller's tensor must take the new storage"

@@ -1,0 +1,62 @@
+"""Custom autograd.Functions the differential tests share (issue 11: Functions returning their input,
+marking it dirty, writing in their backward)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["DoublesInPlace", "Identity", "ScalesBySavedThenDoublesIt", "TriplesGradOutput"]
+
+
+class Identity(torch.autograd.Function):
+    """Returns its input as is: eager's output is a view of it whose backward halves the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+class DoublesInPlace(torch.autograd.Function):
+    """Doubles its input in place and marks it dirty: eager records the write."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class ScalesBySavedThenDoublesIt(torch.autograd.Function):
+    """Saves ``scale`` (no grad) and doubles it in its backward, as eager allows."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        scale.mul_(2)
+        return grad * scale, None
+
+
+class TriplesGradOutput(torch.autograd.Function):
+    """Writes ``grad_output`` in place and returns it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad.mul_(3)
+        return grad
