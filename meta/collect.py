@@ -176,12 +176,6 @@ class FreshViews(TorchFunctionMode):
         return out
 
 
-def _returns_argument(out: Any, args: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether ``out`` is one of the call's own tensor arguments (an ``out=`` op returns its ``out``)."""
-    arguments = [*args, *kwargs.values()]
-    return isinstance(out, torch.Tensor) and any(out is argument for argument in arguments)
-
-
 @dataclasses.dataclass
 class _Write:
     tensor: torch.Tensor
