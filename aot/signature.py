@@ -64,6 +64,8 @@ def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callabl
                     requires_grad,
                     requires_grad and leaf.is_leaf,
                     first,
+                    # eager refuses in-place writes into an inference tensor outside inference mode
+                    leaf.is_inference(),
                 )
             )
         else:

@@ -300,6 +300,19 @@ def test_item5_inference_tensor_inputs_outside_inference_mode():
         check(_mutate_and_view, make)
 
 
+def test_item5_entry_for_normal_tensors_is_not_reused_for_inference_tensors():
+    # Same shapes, strides and dtype: only is_inference() tells the two calls apart, and eager
+    # refuses the second one's in-place update.
+    def make_normal():
+        return seeded((3, 4), (3, 4), requires_grad=False)
+
+    def make_inference():
+        return _inference_tensor(3, 4), seeded((3, 4), requires_grad=False)[0]
+
+    compiled = check(_mutate_and_view, make_normal)
+    check(_mutate_and_view, make_inference, compiled_fn=compiled)
+
+
 @pytest.mark.parametrize(
     "write",
     [
