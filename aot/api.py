@@ -367,7 +367,9 @@ def aot_function(
         partition_fn: splits the joint graph; torch's partitioner convention.
         decompositions: ATen op -> Python decomposition, applied while tracing.
         num_params_buffers: how many leading tensor inputs are parameters/buffers.
-        keep_inference_input_mutations: let an inference graph keep its input mutations.
+        keep_inference_input_mutations: the inference graph writes mutated inputs itself
+            (``copy_`` into the input at its end, as torch's does, for a backend to fuse)
+            where a plain copy reproduces eager; training graphs stay functional.
         inference_compiler: compiles the graph used when no gradient is needed.
         enable_log: False: compiling this function logs nothing on the ``aot.*`` channels.
         cache_dir: persistent compile cache (``aot.cache``) for warm starts in new

@@ -25,6 +25,7 @@ def make_backend(
     partition_fn: Callable[..., Any] | None = None,
     decompositions: Any = None,
     inference_compiler: Callable[..., Any] | None = None,
+    keep_inference_input_mutations: bool = True,
 ) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
     """A ``torch.compile`` backend that runs aotfx around the given compilers.
 
@@ -33,13 +34,21 @@ def make_backend(
 
     ``torch.compile(model, backend=make_backend(my_compiler))``: Dynamo hands each
     captured graph to ``aot_module_simplified``, which traces, functionalizes and
-    partitions it and gives the forward and backward graphs to the compilers.
+    partitions it and gives the forward and backward graphs to the compilers. As torch's
+    backends do, inference graphs write mutated inputs themselves (``keep_inference_input_mutations``).
     """
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         table = decompositions() if callable(decompositions) else decompositions
         return aot_module_simplified(
-            gm, example_inputs, fw_compiler, bw_compiler, partition_fn, table, inference_compiler=inference_compiler
+            gm,
+            example_inputs,
+            fw_compiler,
+            bw_compiler,
+            partition_fn,
+            table,
+            keep_inference_input_mutations,
+            inference_compiler=inference_compiler,
         )
 
     return backend

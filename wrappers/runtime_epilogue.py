@@ -79,6 +79,7 @@ class RuntimeEpilogue:
                 OutputType.NON_ALIAS,
                 requires_grad=meta.input_info[arg_idx].requires_grad_after,
                 spec=TensorSpec.of(outer.args[arg_idx]),
+                new_value_of=arg_idx,
             )
             for arg_idx in mutated
         )

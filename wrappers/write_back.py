@@ -18,7 +18,7 @@ __all__ = ["set_versions", "version", "write_back"]
 
 def write_back(
     targets: Sequence[torch.Tensor],
-    new_values: Sequence[torch.Tensor],
+    new_values: Sequence[torch.Tensor | None],
     infos: Sequence[InputAliasInfo],
     versions_before: Sequence[int],
 ) -> None:
@@ -30,6 +30,8 @@ def write_back(
     ops our single ``copy_`` stands for.
     """
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
+        if new_value is None:
+            continue  # the graph wrote it (``keep_inference_input_mutations``)
         target, new_value = _one_index_per_element(target, new_value)
         # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
         # region under an outer no_grad included), not the caller's mode.

@@ -20,6 +20,7 @@ from aot.backends import to_boxed
 from aot.cache import keys
 from aot.compile.autograd import fresh_outputs, make_training_runtime
 from aot.compile.failures import backend_errors
+from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
 from meta.overlap import is_overlap_error
@@ -68,6 +69,8 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
     else:
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
+        if config.keep_inference_input_mutations:
+            keep_input_writes(entry.inference, meta, stage.args)
     return runtime_from_graphs(meta, config, entry)
 
 
