@@ -8,6 +8,7 @@ changing one import. A compiled function keeps one entry per input signature
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import threading
@@ -210,6 +211,10 @@ class AOTFunction:
         names = self._names(args, kwargs)
         tensors = [leaves[i] for i in positions]
         meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        if self.config.num_params_buffers:
+            static = self.config.num_params_buffers
+            infos = (dataclasses.replace(info, static=i < static) for i, info in enumerate(meta.input_info))
+            meta = dataclasses.replace(meta, input_info=tuple(infos))
         return Stage(flat_fn, tensors, meta), convention
 
     def _compile_outside_inference_mode(
@@ -366,7 +371,8 @@ def aot_function(
         bw_compiler: compiles the backward graph, on the first backward.
         partition_fn: splits the joint graph; torch's partitioner convention.
         decompositions: ATen op -> Python decomposition, applied while tracing.
-        num_params_buffers: how many leading tensor inputs are parameters/buffers.
+        num_params_buffers: how many leading tensor inputs are parameters/buffers: every
+            graph marks them in ``gm.meta["static_input_indices"]`` (inductor's static inputs).
         keep_inference_input_mutations: the inference graph writes mutated inputs itself
             (``copy_`` into the input at its end, as torch's does, for a backend to fuse)
             where a plain copy reproduces eager; training graphs stay functional.

@@ -82,7 +82,8 @@ def inductor(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[[list[An
     from torch._inductor.compile_fx import compile_fx_inner
 
     with _fake_mode_of(example_inputs):
-        compiled = compile_fx_inner(gm, example_inputs)
+        # Parameters and buffers (``num_params_buffers``): inductor skips their per-call checks.
+        compiled = compile_fx_inner(gm, example_inputs, static_input_idxs=gm.meta.get("static_input_indices", ()))
 
     def run(args: list[Any]) -> Any:
         return compiled(args)

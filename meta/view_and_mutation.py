@@ -163,6 +163,9 @@ class InputAliasInfo:
     # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
     # size in bytes after the call; 0 when it keeps its size.
     storage_grown_to: int = 0
+    # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
+    # which a backend may rely on (its ``static_input_indices``).
+    static: bool = False
 
     def __post_init__(self) -> None:
         if self.mutations_under_no_grad and not self.mutates_data:

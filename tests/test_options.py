@@ -1,7 +1,9 @@
-"""Options torch's AOTAutograd accepts do what torch's do: ``keep_inference_input_mutations``."""
+"""Options torch's AOTAutograd accepts do what torch's do: ``keep_inference_input_mutations``,
+``num_params_buffers``."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +11,8 @@ import pytest
 import torch
 
 import aot
-from tests.oracle import check
+from aot.cache import keys
+from tests.oracle import assert_close, check
 
 
 def _recording(graphs: list[torch.fx.GraphModule]) -> Callable[..., Any]:
@@ -123,3 +126,53 @@ def test_keep_inference_input_mutations_inside_inference_mode():
         check(_running_stats, _three_args, compiled_fn=compiled)
     # inference tensors are written through the runtime, as eager allows them to be
     assert not _input_copies(graphs[0])
+
+
+def _static_indices(graphs: list[torch.fx.GraphModule]) -> list[list[str]]:
+    """Per graph, the placeholders it marks as parameters or buffers."""
+    named = []
+    for gm in graphs:
+        placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+        named.append([placeholders[i] for i in gm.meta["static_input_indices"]])
+    return named
+
+
+def test_num_params_buffers_marks_static_inputs_of_every_graph():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    reference = copy.deepcopy(model)
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = aot.aot_module(model, _recording(graphs))
+    x = torch.randn(5, 4)
+    out = compiled(x)
+    out.sum().backward()
+    expected = reference(x)
+    expected.sum().backward()
+    assert_close(out, expected)
+    for param, ref in zip(model.parameters(), reference.parameters(), strict=True):
+        assert_close(param.grad, ref.grad, grad=True)
+    with torch.no_grad():
+        assert_close(compiled(x), reference(x))
+    for buffer, ref in zip(model.buffers(), reference.buffers(), strict=True):
+        assert_close(buffer, ref)
+    forward, backward, inference = _static_indices(graphs)
+    # 2 weights, 2 biases, 3 buffers; not the input x (primals_8)
+    assert forward == inference == [f"primals_{i}" for i in range(1, 8)]
+    # the backward reads the Linear's input and the BatchNorm weight as saved values
+    assert backward and set(backward) <= set(forward)
+
+
+def test_num_params_buffers_of_aot_function_and_the_cache_key():
+    def fn(w, b, x):
+        return torch.addmm(b, x, w)
+
+    args = (torch.randn(3, 2), torch.randn(2), torch.randn(4, 3))
+    graphs: list[torch.fx.GraphModule] = []
+    with torch.no_grad():
+        out = aot.aot_function(fn, _recording(graphs), num_params_buffers=2)(*args)
+        aot.aot_function(fn, _recording(graphs))(*args)
+    assert_close(out, fn(*args))
+    assert _static_indices(graphs) == [["primals_1", "primals_2"], []]
+    # equal graphs with other static inputs are compiled apart: a backend may compile them differently
+    context = keys.KeyContext.of({}, None)
+    assert keys.graph_key(graphs[0], aot.nop, context) != keys.graph_key(graphs[1], aot.nop, context)

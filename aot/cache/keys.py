@@ -291,6 +291,8 @@ def canonical_text(gm: fx.GraphModule, compiler: Any, context: KeyContext) -> st
     return "\n".join(
         [
             canonical_graph(gm),
+            # a backend may compile parameters and buffers differently (inductor's static inputs)
+            f"static inputs {list(gm.meta.get('static_input_indices', ()))}",
             f"compiler {ident.text}",
             f"partitioner {context.partitioner}",
             "decompositions " + "; ".join(context.decompositions),

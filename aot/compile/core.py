@@ -19,6 +19,7 @@ from aot import logs
 from aot.backends import to_boxed
 from aot.cache import keys
 from aot.compile.autograd import fresh_outputs, make_training_runtime
+from aot.compile.descriptors import DESC, Primal
 from aot.compile.failures import backend_errors
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
@@ -71,7 +72,28 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
+    _mark_static_inputs(entry, meta)
     return runtime_from_graphs(meta, config, entry)
+
+
+def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta) -> None:
+    """Tell backends which placeholders are parameters or buffers (inductor's ``static_input_idxs``).
+
+    By name: the partitioner keeps a primal's name where the backward reads it as a saved value.
+    """
+    traced = entry.joint if entry.joint is not None else entry.inference
+    assert traced is not None
+    static = {
+        node.name
+        for node in traced.graph.nodes
+        if node.op == "placeholder"
+        and isinstance(desc := node.meta.get(DESC), Primal)
+        and meta.input_info[desc.arg].static
+    }
+    for gm in (entry.forward, entry.backward, entry.inference):
+        if gm is not None:
+            placeholders = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+            gm.meta["static_input_indices"] = [i for i, name in enumerate(placeholders) if name in static]
 
 
 def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
