@@ -250,7 +250,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 key = storage_key(tensor)
                 if key in self._source_storages:
                     self.reach[key] = max(self.reach.get(key, 0), storage_extent(tensor)[1] * tensor.element_size())
-                    if func in ABSOLUTE_OFFSET_OPS:
+                    # An in-place view op is traced as an ``as_strided`` at the offset it leaves.
+                    if func in ABSOLUTE_OFFSET_OPS or torch.Tag.inplace_view in func.tags:
                         self.absolute_storages.add(key)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

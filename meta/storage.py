@@ -149,13 +149,24 @@ def fake_inputs(
             root = roots[id(base)]
             if base is tensor:
                 fake = root
-            elif tensor.dtype != base.dtype or tensor.requires_grad != base.requires_grad:
-                # A dtype view (view_as_real ...) or a view made under no_grad: its own tensor on the storage.
+            elif tensor.dtype != base.dtype or (tensor.requires_grad and not base.requires_grad):
+                # A dtype view (view_as_real ...) or a view the function set requires_grad on: its own tensor.
                 fake = _fake_root(storage, tensor)
             else:
-                fake = root.as_strided(tensor.shape, tensor.stride(), int(tensor.storage_offset()))
+                fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
+
+
+def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """A view of ``root`` with ``view``'s geometry, made as eager made ``view`` (under no_grad, as one
+    output of several ...): autograd then refuses on the fake what it refuses on the real view."""
+    creation = torch._C._autograd._get_creation_meta(view)
+    with torch.set_grad_enabled(creation != torch._C._autograd.CreationMeta.NO_GRAD_MODE):
+        fake = root.as_strided(view.shape, view.stride(), int(view.storage_offset()))
+    if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE and fake.requires_grad:
+        torch._C._autograd._set_creation_meta(fake, creation)
+    return fake
 
 
 def _plain_fake(tensor: torch.Tensor) -> torch.Tensor:

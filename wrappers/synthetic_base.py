@@ -46,10 +46,16 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     """A data-mutated input whose working copy must keep its storage layout, not be a compact clone.
 
     Gaps between its elements (``x[:, ::2]``) or elements shared by several
-    indices (``expand``) are not reproduced by ``clone()``, nor is its storage
-    offset, which ops like ``as_strided`` read.
+    indices (``expand``) are not reproduced by ``clone()``, nor is a storage
+    offset other than 0, which ops like ``as_strided`` (and in-place view ops,
+    traced as one) read, nor memory beyond its own elements that they reach.
     """
-    return info.mutates_data and (info.offset_sensitive or not is_non_overlapping_and_dense_or_false(arg))
+    if not info.mutates_data:
+        return False
+    if not is_non_overlapping_and_dense_or_false(arg):
+        return True
+    own_bytes = storage_extent(arg)[1] * arg.element_size()
+    return info.offset_sensitive and (arg.storage_offset() != 0 or info.storage_reach > own_bytes)
 
 
 def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -> list[tuple[UserArg, ...]]:
