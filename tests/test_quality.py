@@ -73,7 +73,7 @@ def test_ruff():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_strict_on_meta_and_wrappers():
+def test_mypy_strict_on_the_whole_package():
     result = subprocess.run([*_tool("mypy"), "meta", "wrappers", "aot"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
