@@ -18,8 +18,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import aot
 from aot import cache
-from aot.cache import KeyContext, graph_key
+from aot.cache import keys
 from aot.cache import store as cache_store
+from aot.cache.keys import KeyContext, graph_key
 from aot.cache.store import CacheWarning
 from aot.compile.partition import default_partition
 
@@ -106,7 +107,7 @@ def test_closures_are_identified_by_object():
 
     first, second = make(), make()
     assert _key(_mlp, X, W, compiler=first) != _key(_mlp, X, W, compiler=second)
-    assert not cache.function_identity(first).stable and cache.function_identity(aot.nop).stable
+    assert not keys.function_identity(first).stable and keys.function_identity(aot.nop).stable
 
     class Declared:
         cache_key = "my-backend v1 opt=3"
@@ -119,11 +120,11 @@ def test_closures_are_identified_by_object():
 
 def test_graph_without_example_values_is_compiled_uncached():
     gm = torch.fx.symbolic_trace(lambda x: x.sin())  # placeholders carry no shapes: no trustworthy key
-    with pytest.raises(cache.Uncacheable):
+    with pytest.raises(keys.Uncacheable):
         graph_key(gm, aot.nop, CONTEXT)
     compiler = Counting()
     for _ in range(2):
-        cache.compile("forward", gm, [None], compiler, CONTEXT)
+        keys.compile("forward", gm, [None], compiler, CONTEXT)
     assert compiler.calls == 2 and cache.stats().uncacheable == 2
 
 

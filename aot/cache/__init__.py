@@ -5,48 +5,12 @@
 - :mod:`aot.cache.store`: one file per key in a user-private directory;
 - :mod:`aot.cache.entries`: whole compiled entries of GraphModule programs on disk.
 
-The keys module's public names are importable from here (``aot.cache.clear()``,
-``aot.cache.stats()``, ``aot.cache.disabled()``, ``aot.cache.ENV_DIR``).
+What a user needs is importable from here: ``aot.cache.clear()``, ``aot.cache.stats()``,
+``aot.cache.disabled()``, ``aot.cache.ENV_DIR``; the rest lives in its room.
 """
 
 from __future__ import annotations
 
-from aot.cache.keys import (
-    BUILTIN_SERIALIZERS,
-    ENV_DIR,
-    CacheStats,
-    Identity,
-    KeyContext,
-    Serializer,
-    Uncacheable,
-    canonical_graph,
-    canonical_text,
-    clear,
-    compile,
-    disabled,
-    function_identity,
-    graph_key,
-    remember_trace,
-    reuse_trace,
-    stats,
-)
+from aot.cache.keys import ENV_DIR, CacheStats, clear, disabled, stats
 
-__all__ = [
-    "BUILTIN_SERIALIZERS",
-    "ENV_DIR",
-    "CacheStats",
-    "Identity",
-    "KeyContext",
-    "Serializer",
-    "Uncacheable",
-    "canonical_graph",
-    "canonical_text",
-    "clear",
-    "compile",
-    "disabled",
-    "function_identity",
-    "graph_key",
-    "remember_trace",
-    "reuse_trace",
-    "stats",
-]
+__all__ = ["ENV_DIR", "CacheStats", "clear", "disabled", "stats"]
