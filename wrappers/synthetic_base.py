@@ -243,7 +243,11 @@ class SyntheticBase:
                     target_infos += [meta.input_info[m] for m in cluster.written]
             before = {m: version(args[m]) for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
-            set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
+            # As the epilogue does, for what the forward saves; but not a counter a plain input shares: the
+            # layer below reads that input's version before the call off it, and sets it to eager's itself.
+            shared = {storage_key(args[arg]) for arg in plain if meta.input_info[arg].version_bumps}
+            early_set = [i for i, m in enumerate(members) if storage_key(args[m]) not in shared]
+            set_versions([args[members[i]] for i in early_set], [final[i] for i in early_set])
             try:
                 inner_outs = inner([*(args[arg] for arg in plain), *bases])
             except BaseException:
