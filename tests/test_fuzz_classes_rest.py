@@ -1,0 +1,83 @@
+"""Classes the extended mutation fuzzer found outside set_(), metadata mutations and requires_grad_().
+
+One differential test per class, each the fuzzer's shrunk program (``benchmarks/fuzz_mutation.py``
+with the features of ``FEATURES`` below), run in training, under ``no_grad`` and under
+``inference_mode`` against eager with ``tests/oracle.py`` ``check``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.oracle import check
+
+
+def _arange_views(offset: int, grad: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A column of a (3, 4) view of a 24-element storage from ``offset``: strided, at an offset."""
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    if grad:
+        storage.requires_grad_()
+    return storage[offset : offset + 12].view(3, 4)[:, 1]
+
+
+def _regenerated_view(a0):
+    # A view reaching storage outside a0's elements; a later write regenerates its history as eager
+    # does (as_strided of the base, not of a0: its gradient reaches elements 19..22).
+    v2 = a0.as_strided((4,), (1,), 19)
+    with torch.no_grad():
+        a0.add_(1)
+    return (a0.sum() + v2.sum(),)
+
+
+def _regenerated_view_args():
+    return (_arange_views(6, grad=True),)
+
+
+def _complex_write_outside(a0):
+    # A write through a float view of a complex input, at absolute offsets outside the input's elements.
+    v2 = a0.imag
+    torch.mul(v2, 2, out=v2)
+    v3 = v2.as_strided((4,), (2,), 40)
+    v3.data.index_fill_(-1, torch.tensor([0]), 2.0)
+    return (sum(t.real.sum() for t in (a0, v2, v3)),)
+
+
+def _complex_write_outside_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0), dtype=torch.complex64)
+    return (storage[4:16].view(3, 4)[:, ::2],)
+
+
+def _view_then_data_write(a0, a1):
+    # The .data write has a version counter of its own: the view made before it is not stale in eager.
+    v0 = a0.data
+    a1.index_fill_(-1, torch.tensor([0]), 2.0)
+    v1 = a1.view(-1)
+    v0.data.add_(1)
+    return (v1, v0, sum(t.real.sum() for t in (a0, a1, v0, v1)))
+
+
+def _view_then_data_write_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (storage[7:19].view(3, 4)[:, 1], storage[1:6])
+
+
+CASES = {
+    "complex_write_outside": (_complex_write_outside, _complex_write_outside_args),
+    "view_then_data_write": (_view_then_data_write, _view_then_data_write_args),
+}
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fuzz_class(name: str, mode: str) -> None:
+    fn, make_args = CASES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "training":
+            check(fn, make_args, deep=True)
+        else:
+            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
+                check(fn, make_args, backward=False, deep=True)
