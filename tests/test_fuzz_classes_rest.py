@@ -65,6 +65,7 @@ def _view_then_data_write_args():
 
 
 CASES = {
+    "regenerated_view": (_regenerated_view, _regenerated_view_args),
     "complex_write_outside": (_complex_write_outside, _complex_write_outside_args),
     "view_then_data_write": (_view_then_data_write, _view_then_data_write_args),
 }
