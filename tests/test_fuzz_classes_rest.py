@@ -64,7 +64,54 @@ def _view_then_data_write_args():
     return (storage[7:19].view(3, 4)[:, 1], storage[1:6])
 
 
+class _Identity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+class _ViewOf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _function_of_merged_input(a0):
+    # a0 is written (hidden from autograd) and merged into a synthetic base: the Function's output
+    # must still alias the caller's a0, with the Function's history.
+    a0.detach().neg_()
+    v4 = _Identity.apply(a0)
+    return (v4,)
+
+
+def _function_of_merged_input_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (storage[0:12].view(3, 4),)
+
+
+def _view_function_of_strided_input(a0):
+    with torch.no_grad():
+        a0.mul_(2)
+    v = _ViewOf.apply(a0)
+    return (v, v, a0.sum() + v.sum())
+
+
+def _view_function_of_strided_input_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_() * 1
+    return (storage[3:15].view(3, 4)[:, 1],)
+
+
 CASES = {
+    "function_of_merged_input": (_function_of_merged_input, _function_of_merged_input_args),
+    "view_function_of_strided_input": (_view_function_of_strided_input, _view_function_of_strided_input_args),
     "regenerated_view": (_regenerated_view, _regenerated_view_args),
     "complex_write_outside": (_complex_write_outside, _complex_write_outside_args),
     "view_then_data_write": (_view_then_data_write, _view_then_data_write_args),

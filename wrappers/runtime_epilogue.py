@@ -27,6 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
+from wrappers.history import AdoptHistory, ViewWithHistory
 from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["RuntimeEpilogue"]
@@ -152,10 +153,10 @@ class RuntimeEpilogue:
                     if alias.in_place:
                         # Eager's in-place write was counted already (the write-back), not once more.
                         counted = version(of_input)
-                        outs[out_idx] = _AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                         set_versions([of_input], [counted])
                     else:
-                        outs[out_idx] = _ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
@@ -180,31 +181,6 @@ class RuntimeEpilogue:
             return outs
 
         return run
-
-
-class _ViewWithHistory(torch.autograd.Function):
-    """``view``, returned as an autograd.Function returns its input, with ``value``'s history."""
-
-    @staticmethod
-    def forward(ctx: Any, view: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return view
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
-
-
-class _AdoptHistory(torch.autograd.Function):
-    """``alias`` (no view) taking ``value``'s history as an in-place op gives it (its version moves)."""
-
-    @staticmethod
-    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        ctx.mark_dirty(alias)
-        return alias
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
 
 
 def _unmutated(info: Any) -> Any:
