@@ -109,7 +109,25 @@ def _view_function_of_strided_input_args():
     return (storage[3:15].view(3, 4)[:, 1],)
 
 
+def _overlap_check_while_tracing(a0, a1):
+    # The epilogue records views of intermediates while the graph is traced: its overlap check of the
+    # out= write must compute on real tensors, not on traced ones.
+    torch.mul(a0.detach(), 2, out=a0.detach())
+    v1 = a1.sin()
+    v4 = v1.detach()
+    return (v4,)
+
+
+def _overlap_check_while_tracing_args():
+    g = torch.Generator().manual_seed(0)
+    s0 = torch.randn(2, 8, generator=g).requires_grad_()
+    with torch.inference_mode():
+        i1 = torch.randn(4, 3, generator=g, dtype=torch.complex64).t()
+    return (s0[:, 2], i1)
+
+
 CASES = {
+    "overlap_check_while_tracing": (_overlap_check_while_tracing, _overlap_check_while_tracing_args),
     "function_of_merged_input": (_function_of_merged_input, _function_of_merged_input_args),
     "view_function_of_strided_input": (_view_function_of_strided_input, _view_function_of_strided_input_args),
     "regenerated_view": (_regenerated_view, _regenerated_view_args),
