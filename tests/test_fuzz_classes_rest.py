@@ -126,7 +126,38 @@ def _overlap_check_while_tracing_args():
     return (s0[:, 2], i1)
 
 
+class _ScaledBySaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * scale.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        scale.mul_(2)
+        return grad * scale.sum(), None
+
+
+def _function_view_of_input_written_by_backward(a0):
+    # The backward doubles a0 in place; the ViewOf output is a view of the caller's a0 and shows it then,
+    # not before (the joint graph's value of it is the doubled one).
+    v0 = _ScaledBySaved.apply(a0, a0)
+    v4 = v0 @ v0.mT
+    v5 = _ViewOf.apply(a0)
+    return (v4, v5, sum(t.real.sum() for t in (a0, v0, v4, v5)))
+
+
+def _function_view_of_input_written_by_backward_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (storage[1:7].view(2, 3),)
+
+
 CASES = {
+    "function_view_of_input_written_by_backward": (
+        _function_view_of_input_written_by_backward,
+        _function_view_of_input_written_by_backward_args,
+    ),
     "overlap_check_while_tracing": (_overlap_check_while_tracing, _overlap_check_while_tracing_args),
     "function_of_merged_input": (_function_of_merged_input, _function_of_merged_input_args),
     "view_function_of_strided_input": (_view_function_of_strided_input, _view_function_of_strided_input_args),

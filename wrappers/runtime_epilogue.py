@@ -101,7 +101,8 @@ class RuntimeEpilogue:
         write_infos = [info for _, _, info in writes]
         # Inputs whose version counter eager moved: views of them are replayed at eager's version.
         tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
-        hidden_views = any(info.hidden_view for info in meta.output_info)
+        # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
+        hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
@@ -147,8 +148,8 @@ class RuntimeEpilogue:
             for out_idx, info in plan:
                 kind = info.output_type
                 alias = info.computed_alias
-                if alias is not None and alias.base_input in mutated:
-                    # The graph wrote a copy of the input: eager's output aliases the caller's.
+                if alias is not None and (alias.base_input in mutated or not alias.in_place):
+                    # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
                     of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                     if alias.in_place:
                         # Eager's in-place write was counted already (the write-back), not once more.
