@@ -153,7 +153,22 @@ def _function_view_of_input_written_by_backward_args():
     return (storage[1:7].view(2, 3),)
 
 
+def _backward_writes_expanded_input(a0):
+    # The backward doubles a view of an expanded complex leaf view in place: the compiled backward runs its
+    # graph on detached values (as_strided_scatter refuses a non-contiguous input requiring grad) and
+    # writes each memory element of the expanded input once.
+    v1 = a0.as_strided((1,), (0,), 0)
+    v2 = _ScaledBySaved.apply(a0, v1)
+    return (sum(t.real.sum() for t in (a0, v1, v2)),)
+
+
+def _backward_writes_expanded_input_args():
+    leaf = torch.randn((), generator=torch.Generator().manual_seed(0), dtype=torch.complex64).requires_grad_()
+    return (leaf.expand(2),)
+
+
 CASES = {
+    "backward_writes_expanded_input": (_backward_writes_expanded_input, _backward_writes_expanded_input_args),
     "function_view_of_input_written_by_backward": (
         _function_view_of_input_written_by_backward,
         _function_view_of_input_written_by_backward_args,
