@@ -227,6 +227,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
+        # The sources' version counters as last seen, and, per source, the clock of the last data write
+        # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
+        self._sources = [t for t in alias_sources if t.layout == torch.strided and not t.is_inference()]
+        self._seen_versions = [t._version for t in self._sources]
+        self._pending_write: tuple[int, bool] | None = None  # (clock, data write) of the last write op
+        self.last_bump: dict[int, int] = {}  # id(source) -> clock
         self._source_storages = set(self._alias_sources.values())
         # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
         self.absolute_storages: set[int] = set()
@@ -254,8 +260,20 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     if func in ABSOLUTE_OFFSET_OPS or torch.Tag.inplace_view in func.tags:
                         self.absolute_storages.add(key)
 
+    def settle(self) -> None:
+        """Attribute the version bumps of the last write op (autograd bumps after the op returns)."""
+        pending, self._pending_write = self._pending_write, None
+        if pending is None:
+            return
+        for i, source in enumerate(self._sources):
+            current = source._version
+            if current != self._seen_versions[i] and pending[1]:
+                self.last_bump[id(source)] = pending[0]
+            self._seen_versions[i] = current
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        self.settle()
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
         if self._inference_storages:
@@ -297,6 +315,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
                     self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden, self.clock))
+        if writes:
+            self._pending_write = (self.clock, not metadata_only)
         step_kwargs = tuple(sorted(kwargs.items()))
         if first is not None and metadata_only and id(first) not in self._alias_sources:
             # The tensor changes geometry in place: to take it again, take its old self, then the
@@ -477,6 +497,7 @@ def collect_meta(
         try:
             with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
                 outs = list(flat_fn(*fakes))
+            recorder.settle()
         except Exception:
             if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
                 raise
@@ -540,14 +561,10 @@ def collect_meta(
         )
     )
 
-    # The last data write sharing each input's version counter (its storage), overlapping or not:
-    # a view taken before it was modified under eager's eyes, whatever region the write touched.
-    last_write: dict[UserArg, int] = {}
-    for w in recorder.writes:
-        if not w.metadata_only:
-            for i, fake in enumerate(fakes):
-                if storage_key(fake) == w.storage:
-                    last_write[UserArg(i)] = max(last_write.get(UserArg(i), -1), w.seq)
+    # The last data write that moved each input's version counter (shared by its storage's views,
+    # not by a ``.data`` alias), overlapping or not: a view taken before it was modified under eager's
+    # eyes, whatever region the write touched.
+    last_write = {UserArg(i): recorder.last_bump.get(id(fake), -1) for i, fake in enumerate(fakes)}
 
     output_info: list[OutputAliasInfo] = []
     intermediate_bases: list[OutputAliasInfo] = []

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch._subclasses.fake_tensor import unset_fake_temporarily
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from meta.alias import written_positions
 from meta.storage import expanded_dims, intersect, storage_extent, storage_key
@@ -178,7 +177,7 @@ def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.
                 continue
             if target.element_size() != read.element_size():
                 return read  # elements of different widths on one memory: not worth telling apart
-            with unset_fake_temporarily():
+            with _disable_current_modes():  # a small real computation, neither faked nor traced
                 try:
                     written, read_at = element_offsets(target, target.shape), element_offsets(read, target.shape)
                 except RuntimeError:

@@ -24,6 +24,7 @@ __all__ = [
     "fake_input",
     "fake_inputs",
     "intersect",
+    "one_index_per_element",
     "overlaps",
     "storage_extent",
     "storage_key",
@@ -177,3 +178,14 @@ def _plain_fake(tensor: torch.Tensor) -> torch.Tensor:
 def fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     """The fake of one tensor (see ``fake_inputs``), a view of nothing."""
     return fake_inputs(fake_mode, [tensor], independent=True)[0]
+
+
+def one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An expanded target (stride 0) has several indices per memory element, which ``copy_`` refuses:
+    write each element once, from an index whose value the function changed (``index_put_`` at one
+    index), else any: all of them then hold the old value."""
+    for dim in expanded_dims(target.shape, target.stride()):
+        with torch.no_grad():
+            changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
+        target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
+    return target, new_value

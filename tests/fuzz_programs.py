@@ -64,7 +64,11 @@ Steps:
     with a non-differentiable second output, and two whose backward writes in place:
     a saved second argument, and ``grad_output``;
   - ``autocast``: steps inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` regions
-    (matmuls there run in bfloat16), some with a nested ``autocast(enabled=False)``.
+    (matmuls there run in bfloat16), some with a nested ``autocast(enabled=False)``;
+  - ``more_writes``: ``masked_fill_``, ``index_add_``, ``scatter_`` (into any value, views
+    included), and more ``out=`` ops (``torch.sin``, ``torch.mul`` of two values,
+    ``torch.clamp``);
+  - ``nested_grad_mode``: grad-mode regions nested in grad-mode regions.
 
 The oracle (``tests/oracle.py`` ``check``) runs each program eagerly and compiled, in
 training and under ``no_grad``.
@@ -126,6 +130,8 @@ FEATURES: tuple[str, ...] = (
     "grad_mode",
     "autograd_function",
     "autocast",
+    "more_writes",
+    "nested_grad_mode",
 )
 # What the first fuzzer drew.
 BASELINE = frozenset({"alias_inputs", "views", "inplace", "no_grad_write", "metadata_inputs"})
@@ -651,6 +657,25 @@ class _Drawer:
             ("out", lambda v: True, lambda v, y: f"torch.neg({y}, out={{x}})"),
             ("out", lambda v: True, lambda v, y: f"torch.add({y}, 1, out={{x}})"),
             ("out", lambda v: True, lambda v, y: "torch.mul({x}, 2, out={x})"),
+            (
+                "more_writes",
+                lambda v: True,
+                lambda v, y: f"{{x}}.masked_fill_(torch.arange({v.numel()}).view({tuple(v.shape)}) % 2 == 0, "
+                f"{_literal(v)})",
+            ),
+            (
+                "more_writes",
+                lambda v: v.dim() >= 1 and v.shape[0] > 0,
+                lambda v, y: "{x}.index_add_(0, torch.tensor([0]), torch.ones_like({x}[:1]))",
+            ),
+            (
+                "more_writes",
+                lambda v: v.dim() >= 1 and v.shape[0] > 0,
+                lambda v, y: f"{{x}}.scatter_(0, torch.zeros({(1, *v.shape[1:])}, dtype=torch.long), {_literal(v)})",
+            ),
+            ("more_writes", _inexact, lambda v, y: f"torch.sin({y}, out={{x}})"),
+            ("more_writes", lambda v: True, lambda v, y: f"torch.mul({y}, {y}, out={{x}})"),
+            ("more_writes", lambda v: not v.is_complex(), lambda v, y: f"torch.clamp({y}, min=0, out={{x}})"),
         ]
         ops = [op for op in ops if op[0] in self.features]
         feature, applies, make = rng.choice(ops)
@@ -829,6 +854,29 @@ class _Simulation:
         return None
 
 
+def _grad_mode_region(
+    rng: random.Random, drawer: _Drawer, values: dict[str, torch.Tensor], nested: bool, depth: int = 0
+) -> Step | None:
+    """One step (or, ``nested``, a region) inside a ``no_grad``/``enable_grad``/``set_grad_enabled`` block."""
+    feature = "grad_mode"
+    inner: list[Step | None] = []
+    if nested and depth < 2 and rng.random() < 0.5:
+        feature = "nested_grad_mode"
+        inner.append(drawer.simple(values) if rng.random() < 0.5 else None)
+        inner.append(_grad_mode_region(rng, drawer, values, nested, depth + 1))
+    else:
+        inner.append(drawer.simple(values))
+    # Drawn after the step, as programs without nested regions always drew it.
+    header = rng.choice(["with torch.no_grad():", "with torch.enable_grad():", "with torch.set_grad_enabled(False):"])
+    steps = [step for step in inner if step is not None]
+    if not steps:
+        return None
+    lines = tuple(f"    {line}" for step in steps for line in step.lines)
+    defines = tuple(name for step in steps for name in step.defines)
+    uses = tuple(name for step in steps for name in step.uses)
+    return Step((header, *lines), defines, feature, uses)
+
+
 def draw_program(rng: random.Random, features: frozenset[str] = ALL, max_steps: int = 7) -> Program:
     """A program drawing only the given features (see the module docstring)."""
     setup, args, input_features = _Inputs(rng, features).draw()
@@ -843,15 +891,7 @@ def draw_program(rng: random.Random, features: frozenset[str] = ALL, max_steps: 
         if "autocast" in features and rng.random() < 0.1:
             step = drawer.autocast_region(simulation.values)
         elif "grad_mode" in features and rng.random() < 0.12:
-            inner = [drawer.simple(simulation.values)]
-            header = rng.choice(
-                ["with torch.no_grad():", "with torch.enable_grad():", "with torch.set_grad_enabled(False):"]
-            )
-            if inner[0] is None:
-                continue
-            step: Step | None = Step(
-                (header, *(f"    {line}" for line in inner[0].lines)), inner[0].defines, "grad_mode", inner[0].uses
-            )
+            step = _grad_mode_region(rng, drawer, simulation.values, "nested_grad_mode" in features)
         else:
             step = drawer.simple(simulation.values)
         if step is None:

@@ -54,6 +54,8 @@ PENDING = frozenset(
         "requires_grad_",
         "grad_mode",
         "autograd_function",
+        "more_writes",
+        "nested_grad_mode",
     }
 )
 GATING = ALL - PENDING

@@ -27,6 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
+from wrappers.history import AdoptHistory, ViewWithHistory
 from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["RuntimeEpilogue"]
@@ -101,7 +102,8 @@ class RuntimeEpilogue:
         write_infos = [info for _, _, info in writes]
         # Inputs whose version counter eager moved: views of them are replayed at eager's version.
         tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
-        hidden_views = any(info.hidden_view for info in meta.output_info)
+        # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
+        hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
@@ -147,16 +149,16 @@ class RuntimeEpilogue:
             for out_idx, info in plan:
                 kind = info.output_type
                 alias = info.computed_alias
-                if alias is not None and alias.base_input in mutated:
-                    # The graph wrote a copy of the input: eager's output aliases the caller's.
+                if alias is not None and (alias.base_input in mutated or not alias.in_place):
+                    # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
                     of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                     if alias.in_place:
                         # Eager's in-place write was counted already (the write-back), not once more.
                         counted = version(of_input)
-                        outs[out_idx] = _AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                         set_versions([of_input], [counted])
                     else:
-                        outs[out_idx] = _ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
@@ -181,31 +183,6 @@ class RuntimeEpilogue:
             return outs
 
         return run
-
-
-class _ViewWithHistory(torch.autograd.Function):
-    """``view``, returned as an autograd.Function returns its input, with ``value``'s history."""
-
-    @staticmethod
-    def forward(ctx: Any, view: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return view
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
-
-
-class _AdoptHistory(torch.autograd.Function):
-    """``alias`` (no view) taking ``value``'s history as an in-place op gives it (its version moves)."""
-
-    @staticmethod
-    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        ctx.mark_dirty(alias)
-        return alias
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
 
 
 def _unmutated(info: Any) -> Any:

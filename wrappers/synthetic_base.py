@@ -28,6 +28,7 @@ from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
 from meta.storage import overlaps, storage_extent, storage_key
 from meta.view_and_mutation import (
+    ComputedAlias,
     InputAliasInfo,
     OutputAliasInfo,
     OutputType,
@@ -36,6 +37,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
+from wrappers.history import AdoptHistory, ViewWithHistory
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version, write_back
 
@@ -231,6 +233,7 @@ class SyntheticBase:
         assert split is not None
         num_kept = len(split.kept)
         members = [m for cluster in clusters for m in cluster.members]
+        function_views = _function_views(meta, split, set(members))
         infos = [[meta.input_info[m] for m in cluster.members] for cluster in clusters]
 
         def run(args: list[torch.Tensor]) -> list[Any]:
@@ -249,7 +252,11 @@ class SyntheticBase:
                     target_infos += [meta.input_info[m] for m in cluster.written]
             before = {m: version(args[m]) for m in members}
             final = [before[m] + meta.input_info[m].version_bumps for m in members]
-            set_versions([args[m] for m in members], final)  # as the epilogue does, for what the forward saves
+            # As the epilogue does, for what the forward saves; but not a counter a plain input shares: the
+            # layer below reads that input's version before the call off it, and sets it to eager's itself.
+            shared = {storage_key(args[arg]) for arg in plain if meta.input_info[arg].version_bumps}
+            early_set = [i for i, m in enumerate(members) if storage_key(args[m]) not in shared]
+            set_versions([args[members[i]] for i in early_set], [final[i] for i in early_set])
             try:
                 inner_outs = inner([*(args[arg] for arg in plain), *bases])
             except BaseException:
@@ -273,7 +280,19 @@ class SyntheticBase:
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
-            set_versions([args[m] for m in members], final)
+            set_versions([args[m] for m in members], final)  # before the views below are made: not stale
+            for out, alias in function_views.items():
+                # A Function's view of a merged input, computed on the base's copy: eager's aliases the caller's.
+                of_input = replay_views(args[alias.base_input], alias.view_chain, made)
+                if alias.in_place:
+                    counted = version(of_input)  # eager's in-place write was counted already
+                    outs[out] = AdoptHistory.apply(of_input, outs[out])  # type: ignore[no-untyped-call]
+                    set_versions([of_input], [counted])
+                else:
+                    outs[out] = ViewWithHistory.apply(of_input, outs[out])  # type: ignore[no-untyped-call]
+            for i, info in enumerate(meta.output_info):
+                if info.output_type == OutputType.IS_OUTPUT and info.base_output in function_views:
+                    outs[i] = outs[info.base_output]
             return outs
 
         return run
@@ -287,6 +306,17 @@ def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -
         view = None if base is None else dataclasses.replace(info.computed_alias, base_input=base)
         info = dataclasses.replace(info, computed_alias=view)
     return info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
+
+
+def _function_views(
+    meta: ViewAndMutationMeta, split: OutputSplit, members: set[UserArg]
+) -> dict[UserOut, ComputedAlias]:
+    """Kept outputs an autograd.Function made as views of merged inputs (the inner layers see plain values)."""
+    return {
+        out: info.computed_alias
+        for out in split.kept
+        if (info := meta.output_info[out]).computed_alias is not None and info.computed_alias.base_input in members
+    }
 
 
 def _merged(infos: Sequence[InputAliasInfo]) -> InputAliasInfo:

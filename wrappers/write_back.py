@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from meta.storage import expanded_dims
+from meta.storage import one_index_per_element
 from meta.view_and_mutation import InputAliasInfo
 
 __all__ = ["set_versions", "version", "write_back"]
@@ -32,7 +32,7 @@ def write_back(
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
         if new_value is None:
             continue  # the graph wrote it (``keep_inference_input_mutations``)
-        target, new_value = _one_index_per_element(target, new_value)
+        target, new_value = one_index_per_element(target, new_value)
         # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
         # region under an outer no_grad included), not the caller's mode.
         if target.is_inference() and not torch.is_inference_mode_enabled():
@@ -51,14 +51,3 @@ def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> No
     """Set version counters (shared by every view of the same memory) to eager's values."""
     pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
     torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))
-
-
-def _one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """An expanded target (stride 0) has several indices per memory element, which ``copy_`` refuses:
-    write each element once, from an index whose value the function changed (``index_put_`` at one
-    index), else any: all of them then hold the old value."""
-    for dim in expanded_dims(target.shape, target.stride()):
-        with torch.no_grad():
-            changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
-        target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
-    return target, new_value

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from aot.errors import DoubleBackwardError
+from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 
 __all__ = ["BoxedFn", "fresh_outputs", "make_training_runtime", "restride"]
@@ -148,7 +149,9 @@ def make_training_runtime(
                 # (which carry no history) would look constant: zeros, or a silently missing edge.
                 results = _CompiledBackward.apply(run_backward, anchor, *args)  # type: ignore[no-untyped-call]
             else:
-                results = tuple(run_backward(args))
+                # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
+                # whatever the grad mode (as_strided_scatter of a non-contiguous one).
+                results = tuple(run_backward([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args]))
             if backward_writes:
                 tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
                 targets = [
@@ -157,6 +160,7 @@ def make_training_runtime(
                 ]
                 with torch.no_grad():
                     for target, value in zip(targets, results[num_primals:], strict=True):
+                        target, value = one_index_per_element(target, value)  # an expanded input: once each
                         target.copy_(value)
             return results[:num_primals]
 

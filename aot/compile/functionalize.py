@@ -530,6 +530,11 @@ class _Functionalizer:
                 # No inverse for this view (as_strided, expand, unfold ...): scatter by strides into the
                 # highest ancestor of the same dtype, then go on up from there.
                 anchor = self._same_dtype_ancestor(node, root)
+                if anchor is not root:
+                    # The view may reach memory outside the ancestor's elements (``as_strided`` takes
+                    # absolute offsets): scatter into the root's memory seen in the view's dtype.
+                    new_value = self._scatter_through_root(node, new_value, root)
+                    break
                 new_value = self._scatter_by_strides(anchor, node, new_value, root)
                 node = anchor
                 continue
@@ -551,10 +556,9 @@ class _Functionalizer:
             raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
         return node
 
-    def _scatter_by_strides(self, anchor: fx.Node, view: fx.Node, new_value: fx.Node, root: fx.Node) -> fx.Node:
-        """The new value of ``anchor`` after ``view`` (a view of it, same dtype) took ``new_value``."""
-        # Geometry from the chain taken again on a fresh fake of the anchor: make_fx on real tensors
-        # records values without their storage offsets.
+    def _replayed_geometry(self, anchor: fx.Node, view: fx.Node) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a fresh fake of ``anchor``, ``view`` taken again from it): make_fx on real tensors records
+        values without their storage offsets."""
         steps = []
         node = view
         while node is not anchor:
@@ -566,10 +570,43 @@ class _Functionalizer:
             for step in reversed(steps):
                 args, kwargs = fx.map_arg((step.args, dict(step.kwargs)), lambda arg: arg.meta["val"])
                 val = val if step.op is None else step.op(val, *args, **kwargs)
-        if val.dtype != anchor_val.dtype or val.is_conj() or val.is_neg():
+        if val.is_conj() or val.is_neg():
+            raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
+        return anchor_val, val
+
+    def _scatter_through_root(self, view: fx.Node, new_value: fx.Node, root: fx.Node) -> fx.Node:
+        """The root's new value after ``view``, of another dtype, took ``new_value``: the root's memory
+        stretch, seen in the view's dtype, takes it by strides, then is seen in the root's dtype again."""
+        root_val, val = self._replayed_geometry(root, view)
+        start, end = storage_extent(root_val)
+        root_size, view_size = root_val.element_size(), val.element_size()
+        view_start, view_end = (bound * view_size for bound in storage_extent(val))
+        current = self.value[root]
+        current_offset = _val(current).storage_offset()
+        aligned = all(n * root_size % view_size == 0 for n in (start, end, current_offset))
+        if not aligned or view_start < start * root_size or view_end > end * root_size:
+            raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
+        stretch = self.emit(aten.as_strided.default, current, [end - start], [1], current_offset)
+        if val.dtype != root_val.dtype:
+            stretch = self.emit(aten.view.dtype, stretch, val.dtype)
+        offset = val.storage_offset() + (current_offset - start) * root_size // view_size
+        stretch = self._scatter_geometry(stretch, val, new_value, offset)
+        if val.dtype != root_val.dtype:
+            stretch = self.emit(aten.view.dtype, stretch, root_val.dtype)
+        geometry = (list(root_val.shape), list(root_val.stride()), current_offset)
+        return self.emit(aten.as_strided.default, stretch, *geometry)
+
+    def _scatter_by_strides(self, anchor: fx.Node, view: fx.Node, new_value: fx.Node, root: fx.Node) -> fx.Node:
+        """The new value of ``anchor`` after ``view`` (a view of it, same dtype) took ``new_value``."""
+        anchor_val, val = self._replayed_geometry(anchor, view)
+        if val.dtype != anchor_val.dtype:
             raise NotImplementedError(f"functionalize: no inverse for the view {_where(view)} written by {self._who()}")
         current = self.value[root] if anchor is root else self.current(anchor)
         offset = val.storage_offset() - anchor_val.storage_offset() + _val(current).storage_offset()
+        return self._scatter_geometry(current, val, new_value, offset)
+
+    def _scatter_geometry(self, current: fx.Node, val: torch.Tensor, new_value: fx.Node, offset: int) -> fx.Node:
+        """``current`` with its memory at ``val``'s size and strides from storage ``offset`` set to ``new_value``."""
         size, stride = list(val.shape), list(val.stride())
         expanded = expanded_dims(size, stride)
         if expanded:

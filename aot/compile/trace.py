@@ -25,6 +25,7 @@ from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Prima
 from aot.compile.functionalize import functionalize
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
+from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
@@ -101,6 +102,38 @@ def trace_joint(
     Outputs: every forward output, then one gradient per primal (``None`` for
     primals that do not require grad or do not reach a differentiable output).
     """
+    tangent_outs = meta.traced_tangents
+    gm, primals, tangents, backward_writes = _trace_joint_once(flat_fn, flat_args, meta, decompositions, None)
+    if needs_regenerated_views(gm):
+        # Views whose history eager regenerates by strides after a write: traced again, following them.
+        gm, primals, tangents, backward_writes = _trace_joint_once(
+            flat_fn, flat_args, meta, decompositions, RegeneratedViews()
+        )
+    num_primals = len(primals)
+    names = [info.name for info in meta.input_info]
+    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
+    descs += [Tangent(GraphOut(out)) for out in tangent_outs]
+    out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
+    out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
+    placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
+    placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
+    # An autograd.Function's backward may write a saved input or its grad_output in place, as eager
+    # allows: the graph returns their new values last, for the runtime to copy into those tensors.
+    written = backward_writes.placeholders([*primals, *tangents])
+    backward_writes.refuse_writes_into_outputs([*primals, *tangents])
+    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
+    _reuse_forward_draws(gm, len(meta.output_info))
+    return gm
+
+
+def _trace_joint_once(
+    flat_fn: FlatFn,
+    flat_args: Sequence[torch.Tensor],
+    meta: ViewAndMutationMeta,
+    decompositions: Mapping[Any, Callable[..., Any]],
+    regenerated: RegeneratedViews | None,
+) -> tuple[fx.GraphModule, list[torch.Tensor], list[torch.Tensor], _BackwardWrites]:
+    """The joint graph as make_fx records it (not yet functional), on fresh fakes of the inputs."""
     fake_mode = FakeTensorMode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
     tangent_outs = meta.traced_tangents
@@ -118,8 +151,12 @@ def trace_joint(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views):
+        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views), (
+            regenerated if regenerated is not None else contextlib.nullcontext()
+        ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
+        if regenerated is not None:
+            outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
         backward_writes.outputs = outs
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
@@ -143,20 +180,7 @@ def trace_joint(
     # A module's parameters stay bound to the primals through the backward trace too.
     with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, bindings_held():
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
-    names = [info.name for info in meta.input_info]
-    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
-    descs += [Tangent(GraphOut(out)) for out in tangent_outs]
-    out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
-    out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
-    placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
-    placeholder_names += [f"tangents_{i + 1}" for i in range(len(tangents))]
-    # An autograd.Function's backward may write a saved input or its grad_output in place, as eager
-    # allows: the graph returns their new values last, for the runtime to copy into those tensors.
-    written = backward_writes.placeholders([*primals, *tangents])
-    backward_writes.refuse_writes_into_outputs([*primals, *tangents])
-    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
-    _reuse_forward_draws(gm, len(meta.output_info))
-    return gm
+    return gm, primals, tangents, backward_writes
 
 
 def _is_random(node: fx.Node) -> bool:

@@ -1,0 +1,38 @@
+"""Outputs aliasing a caller's tensor with a history no view replay gives (an autograd.Function's).
+
+Shared by the layers that rebuild such outputs on the caller's tensors: the runtime
+epilogue and the synthetic-base layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["AdoptHistory", "ViewWithHistory"]
+
+
+class ViewWithHistory(torch.autograd.Function):
+    """``view``, returned as an autograd.Function returns its input, with ``value``'s history."""
+
+    @staticmethod
+    def forward(ctx: Any, view: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return view
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
+
+
+class AdoptHistory(torch.autograd.Function):
+    """``alias`` (no view) taking ``value``'s history as an in-place op gives it (its version moves)."""
+
+    @staticmethod
+    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(alias)
+        return alias
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
