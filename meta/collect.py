@@ -393,7 +393,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         geometry = None
         while node.parent is not None:
             assert node.step is not None
-            steps.append(node.step)
+            steps.append(_with_requires_grad_set(node.step, node.tensor))
             geometry = node.parent_geometry
             node = node.parent
             if stop(node.tensor):
@@ -425,6 +425,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             assert node.parent is not None
             node = node.parent
         return node.tensor
+
+
+def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
+    """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf: only the
+    function's own ``requires_grad_()`` makes one (a view of a tensor requiring grad has a history)."""
+    if step.in_place or not view.requires_grad or not _is_leaf(view):
+        return step
+    return dataclasses.replace(step, requires_grad_set=True)
 
 
 def _out_of_place_view(op: Any) -> Any:
@@ -740,10 +748,18 @@ def _input_info(
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
-        sets_requires_grad=sets_requires_grad and not data_writes,
+        # Eager leaves it a leaf requiring grad (a write of a value with history made it none).
+        sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         storage_grown_to=storage_grown_to,
     )
+
+
+def _is_leaf(tensor: torch.Tensor) -> bool:
+    try:
+        return bool(tensor.is_leaf)
+    except RuntimeError:  # a view whose base changed geometry fails to regenerate its history
+        return False
 
 
 def _history(tensor: torch.Tensor) -> Any:

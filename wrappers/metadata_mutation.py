@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
@@ -47,8 +48,11 @@ class MetadataMutation:
         self._grown: tuple[tuple[UserArg, int], ...] = ()
         # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
         self._restrided_first: tuple[UserArg, ...] = ()
+        # Inputs the function calls requires_grad_() on (geometry kept): they require grad before the call.
+        self._grad_from_inside: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
+        outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
         self._grown = tuple(
@@ -106,14 +110,57 @@ class MetadataMutation:
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
+    def _requiring_grad_first(self, outer: Stage) -> Stage:
+        """An input the function calls ``requires_grad_()`` on is a leaf requiring grad from then on: uses
+        after the call reach it in the backward (its ``.grad``), views of it returned require grad. So the
+        caller's tensor requires grad before the call, the layers below see an input requiring grad, and
+        the function gets an untracked alias of it whose ``requires_grad_()`` attaches it to the input's
+        history (see ``_RequiresGradInside``): uses before the call stay untracked, as in eager."""
+        meta = outer.meta
+        chosen = tuple(
+            UserArg(i)
+            for i, info in enumerate(meta.input_info)
+            if info.sets_requires_grad and not info.mutates_metadata and info.storage_grown_to == 0
+        )
+        self._grad_from_inside = chosen
+        if not chosen:
+            return outer
+        flat_fn = outer.fn
+
+        def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
+            working = list(args)
+            mode = _RequiresGradInside()
+            for arg_idx in chosen:
+                working[arg_idx] = mode.untracked(args[arg_idx])
+            with mode:
+                return list(flat_fn(*working))
+
+        def inside(info: InputAliasInfo) -> InputAliasInfo:
+            # A write before requires_grad_() wrote a tensor needing no grad, one after went around autograd
+            # (a leaf requiring grad is written only so): eager's writes leave no history on the input.
+            hidden = info.mutates_data and not info.mutations_under_no_grad
+            return dataclasses.replace(
+                info, requires_grad=True, sets_requires_grad=False, mutations_hidden_from_autograd=hidden
+            )
+
+        inner_args = list(outer.args)
+        for arg_idx in chosen:
+            inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+        inner_meta = dataclasses.replace(
+            meta,
+            input_info=tuple(inside(info) if UserArg(i) in chosen else info for i, info in enumerate(meta.input_info)),
+        )
+        return Stage(inner_fn, inner_args, inner_meta)
+
     def post_compile(self, inner: Runtime) -> Runtime:
+        return _setting_requires_grad_first(self._post_compile(inner), self._grad_from_inside)
+
+    def _post_compile(self, inner: Runtime) -> Runtime:
         meta, mutated, split = self._meta, self._mutated, self._split
         assert meta is not None, "post_compile before pre_compile"
-        requires_grad_set = self._requires_grad_set
-        if requires_grad_set:
-            inner = _setting_requires_grad(inner, requires_grad_set)
         if not mutated:
-            return _growing_storages(inner, self._grown) if self._grown else inner
+            inner = _growing_storages(inner, self._grown) if self._grown else inner
+            return _setting_requires_grad(inner, self._requires_grad_set)
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
         fresh, restrided_first = self._fresh, self._restrided_first
@@ -157,7 +204,9 @@ class MetadataMutation:
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
             return outs
 
-        return _growing_storages(run, self._grown) if self._grown else run
+        # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
+        grown = _growing_storages(run, self._grown) if self._grown else run
+        return _setting_requires_grad(grown, self._requires_grad_set)
 
 
 def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:
@@ -222,7 +271,74 @@ def _growing_storages(inner: Runtime, grown: tuple[tuple[UserArg, int], ...]) ->
     return run
 
 
+def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
+    """A leaf with ``arg``'s memory and geometry, no view of anything."""
+    leaf = torch.empty(0, dtype=arg.dtype, device=arg.device)
+    with torch.no_grad():
+        return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
+
+
+class _Attach(torch.autograd.Function):
+    """``alias`` (an untracked alias of ``source``) taking ``source``'s history in place."""
+
+    @staticmethod
+    def forward(ctx: Any, alias: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(alias)
+        return alias
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
+
+
+class _RequiresGradInside(TorchFunctionMode):
+    """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input's history."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def untracked(self, source: torch.Tensor) -> torch.Tensor:
+        alias = source.detach()
+        self._sources[id(alias)] = (alias, source)
+        return alias
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.requires_grad_ and args:
+            found = self._sources.get(id(args[0]))
+            wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+            if found is not None and found[0] is args[0] and wanted:
+                alias, source = found
+                if not alias.requires_grad:
+                    with torch.enable_grad():
+                        _Attach.apply(alias, source)  # type: ignore[no-untyped-call]
+                return alias
+        return func(*args, **kwargs)
+
+
+def _setting_requires_grad_first(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+    if not inputs:
+        return inner
+
+    def run(args: list[torch.Tensor]) -> list[Any]:
+        targets = [args[arg_idx] for arg_idx in inputs if not args[arg_idx].requires_grad]
+        for target in targets:
+            target.requires_grad_()
+        try:
+            return inner(args)
+        except BaseException:
+            for target in targets:
+                target.requires_grad_(False)
+            raise
+
+    return run
+
+
 def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+    if not inputs:
+        return inner
+
     def run(args: list[torch.Tensor]) -> list[Any]:
         outs = inner(args)
         for arg_idx in inputs:
