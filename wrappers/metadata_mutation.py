@@ -223,16 +223,30 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     new geometry (its gradient has that shape), so it is restrided before the call and the function gets
     a view of it in the old geometry, through which gradients reach the leaf as in eager.
 
-    Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
-    old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
+    Gradients reach the elements the view spans: all of the new geometry's when the old one spans them
+    (``t_``, ``squeeze_``, an ``as_strided_`` within it), or when the input is written (the synthetic-base
+    layer then spans its storage)."""
     if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad):
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
-    same_elements = relative_offset == 0 and sorted(zip(stride, size, strict=True)) == sorted(
+    if info.storage_set_to is not None:
+        return False
+    permuted = relative_offset == 0 and sorted(zip(stride, size, strict=True)) == sorted(
         zip(arg.stride(), arg.shape, strict=True)
     )
-    return info.storage_set_to is None and (info.mutates_data or same_elements)
+    # Sets of offsets, bounded in size: compile-time work only.
+    old = (arg.shape, arg.stride(), 0)
+    within = arg.numel() <= 1 << 20 and _elements(size, stride, relative_offset) <= _elements(*old)
+    return info.mutates_data or permuted or within
+
+
+def _elements(size: Any, stride: Any, offset: int) -> set[int]:
+    """The storage offsets a geometry reaches (relative to the input's offset)."""
+    offsets = {offset}
+    for n, st in zip(size, stride, strict=True):
+        offsets = {o + i * st for o in offsets for i in range(n)}
+    return offsets
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
