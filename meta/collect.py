@@ -428,9 +428,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 
 def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
-    """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf: only the
-    function's own ``requires_grad_()`` makes one (a view of a tensor requiring grad has a history)."""
-    if step.in_place or not view.requires_grad or not _is_leaf(view):
+    """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
+    needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
+    requires it too, with a history or, taken under no_grad, none)."""
+    if step.in_place or not view.requires_grad or (view._base is not None and view._base.requires_grad):
+        return step
+    if not _is_leaf(view):
         return step
     return dataclasses.replace(step, requires_grad_set=True)
 
@@ -758,7 +761,7 @@ def _input_info(
 def _is_leaf(tensor: torch.Tensor) -> bool:
     try:
         return bool(tensor.is_leaf)
-    except RuntimeError:  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 

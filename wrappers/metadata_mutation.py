@@ -146,9 +146,20 @@ class MetadataMutation:
         inner_args = list(outer.args)
         for arg_idx in chosen:
             inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+        def untracked_view(info: OutputAliasInfo) -> OutputAliasInfo:
+            # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
+            # its base does, with no history of its own): taken again without one (then made to require grad).
+            if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in chosen:
+                return info
+            if info.requires_grad and not info.is_leaf:
+                return info
+            chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in info.view_chain)
+            return dataclasses.replace(info, view_chain=chain)
+
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(inside(info) if UserArg(i) in chosen else info for i, info in enumerate(meta.input_info)),
+            output_info=tuple(untracked_view(info) for info in meta.output_info),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
