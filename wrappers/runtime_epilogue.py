@@ -82,8 +82,16 @@ class RuntimeEpilogue:
             )
             for arg_idx in mutated
         )
-        # Below, a Function's view of an input is a computed output like any other.
-        computed_info = tuple(dataclasses.replace(meta.output_info[i], computed_alias=None) for i in computed)
+        # Below, a Function's view of an input is a computed output like any other; a leaf the function
+        # called requires_grad_() on is a value without history (no tangent).
+        computed_info = tuple(
+            dataclasses.replace(
+                meta.output_info[i],
+                computed_alias=None,
+                requires_grad=meta.output_info[i].requires_grad and not _made_a_leaf(meta.output_info[i]),
+            )
+            for i in computed
+        )
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(_unmutated(info) for info in meta.input_info),
@@ -105,6 +113,7 @@ class RuntimeEpilogue:
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
+        set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
         if not writes and not tracked and not hidden_views and not set_inside and len(user_to_graph) == len(
             meta.output_info
         ):
@@ -205,6 +214,13 @@ class _AdoptHistory(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
         return None, grad
+
+
+def _made_a_leaf(info: OutputAliasInfo) -> bool:
+    """A computed output that eager returns as a leaf requiring grad: a value without history (computed
+    under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
+    plain = info.computed_alias is None and not info.hidden_view
+    return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable
 
 
 def _unmutated(info: Any) -> Any:
