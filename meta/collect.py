@@ -745,7 +745,8 @@ def _input_info(
         and real.requires_grad
         and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
-        requires_grad_after=bool(data_writes) and fake.requires_grad,
+        # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
+        requires_grad_after=bool(data_writes) and fake.requires_grad and not (sets_requires_grad and _is_leaf(fake)),
         version_bumps=version_bumps,
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
