@@ -626,7 +626,12 @@ def collect_meta(
         if id(root) not in base_of_root:
             base_of_root[id(root)] = IntermediateBase(len(intermediate_bases))
             intermediate_bases.append(
-                OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=root.requires_grad, spec=TensorSpec.of(root))
+                OutputAliasInfo(
+                    OutputType.NON_ALIAS,
+                    requires_grad=root.requires_grad,
+                    spec=TensorSpec.of(root),
+                    is_leaf=root.requires_grad and _is_leaf(root),
+                )
             )
         base_k = base_of_root[id(root)]
         output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))

@@ -47,6 +47,12 @@ def _requires_grad_then_hidden_write(a0):
     return (a0,)
 
 
+def _view_of_intermediate_made_to_require_grad(a0):
+    v0 = a0 @ a0.mT
+    v0.requires_grad_()
+    return (v0[..., ::2],)
+
+
 def _as_strided_then_requires_grad(a0):
     a0.as_strided_((2, 3), (6, 2), 3)
     a0.requires_grad_()
@@ -103,6 +109,7 @@ PROGRAMS = {
     "returns_view_after_requires_grad": (_returns_view_after_requires_grad, lambda: (randn(3),)),
     "view_of_view_requiring_grad": (_view_of_view_requiring_grad, lambda: (randn(3),)),
     "requires_grad_then_hidden_write": (_requires_grad_then_hidden_write, _expanded_scalar),
+    "view_of_intermediate_made_to_require_grad": (_view_of_intermediate_made_to_require_grad, lambda: (randn(2, 2),)),
     "as_strided_then_requires_grad": (_as_strided_then_requires_grad, _strided_view),
     "requires_grad_on_function_output": (_requires_grad_on_function_output, _two_views),
     "requires_grad_on_dirty_input_then_transpose": (_requires_grad_on_dirty_input_then_transpose, _dirty_and_strided),
