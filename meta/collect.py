@@ -111,6 +111,15 @@ _INPLACE_VIEW_METHODS = frozenset(
 _OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
 
 
+# Tensor attributes that are views (``x.real`` is ``view_as_real`` then ``select``): read from a fresh view too.
+_VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
+
+
+def _is_view_attribute(func: Any) -> bool:
+    attribute = getattr(func, "__self__", None)
+    return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -150,7 +159,8 @@ class FreshViews(TorchFunctionMode):
         # itself, never a stand-in.
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
         out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
-        if (self._changed or self._changed_bases) and name not in _OWN_OBJECT_METHODS:
+        own_object = name in _OWN_OBJECT_METHODS and not _is_view_attribute(func)
+        if (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first

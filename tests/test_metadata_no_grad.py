@@ -85,6 +85,18 @@ def _as_strided_under_no_grad(a0):
     return (a0 * 2,)
 
 
+def _transpose_then_real(a0, a1):
+    a0.transpose_(0, -1)
+    v0 = a1 @ a1.mT
+    torch.mul(a0.detach(), 2, out=a0.detach())
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _complex_strided_and_transposed():
+    s1 = randn(2, 8, dtype=torch.complex64).requires_grad_() * 1
+    return (s1[:, 1::3], randn(4, 3, seed=1).requires_grad_().t())
+
+
 def _expanded_scalar():
     return (randn().expand(2),)
 
@@ -113,6 +125,7 @@ PROGRAMS = {
     "as_strided_then_requires_grad": (_as_strided_then_requires_grad, _strided_view),
     "requires_grad_on_function_output": (_requires_grad_on_function_output, _two_views),
     "requires_grad_on_dirty_input_then_transpose": (_requires_grad_on_dirty_input_then_transpose, _dirty_and_strided),
+    "transpose_then_real": (_transpose_then_real, _complex_strided_and_transposed),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }
