@@ -30,6 +30,12 @@ def _returns_input_after_requires_grad(a0):
     return (a0,)
 
 
+def _requires_grad_attribute(a0):
+    b = a0 * 2
+    a0.requires_grad = True
+    return a0 * b, b, a0[1:]
+
+
 def _returns_view_after_requires_grad(a0):
     a0.requires_grad_()
     return a0.view(3), a0 * 2
@@ -118,6 +124,7 @@ def _dirty_and_strided():
 
 PROGRAMS = {
     "returns_input_after_requires_grad": (_returns_input_after_requires_grad, lambda: (randn(3),)),
+    "requires_grad_attribute": (_requires_grad_attribute, lambda: (randn(3),)),
     "returns_view_after_requires_grad": (_returns_view_after_requires_grad, lambda: (randn(3),)),
     "view_of_view_requiring_grad": (_view_of_view_requiring_grad, lambda: (randn(3),)),
     "requires_grad_then_hidden_write": (_requires_grad_then_hidden_write, _expanded_scalar),
@@ -164,7 +171,9 @@ def _hidden_write_after_requires_grad(a0, a1):
     return a0 * a1, a0[1:]
 
 
-@pytest.mark.parametrize("fn", [_uses_before_and_after_requires_grad, _hidden_write_after_requires_grad])
+@pytest.mark.parametrize(
+    "fn", [_uses_before_and_after_requires_grad, _hidden_write_after_requires_grad, _requires_grad_attribute]
+)
 def test_requires_grad_inside_reaches_the_inputs_grad(fn) -> None:
     """The oracle compares the grads of inputs requiring grad before the call; these require it after."""
 

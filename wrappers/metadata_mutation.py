@@ -330,7 +330,10 @@ class _RequiresGradInside(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func is torch.Tensor.requires_grad_ and args:
+        # ``x.requires_grad_()``, or ``x.requires_grad = True`` (the attribute's ``__set__``).
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        setter = getattr(func, "__name__", "") == "__set__" and attribute == "requires_grad"
+        if (func is torch.Tensor.requires_grad_ or setter) and args:
             found = self._sources.get(id(args[0]))
             wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
             if found is not None and found[0] is args[0] and wanted:
@@ -338,7 +341,7 @@ class _RequiresGradInside(TorchFunctionMode):
                 if not alias.requires_grad:
                     with torch.enable_grad():
                         _Attach.apply(alias, source)  # type: ignore[no-untyped-call]
-                return alias
+                return None if setter else alias
         return func(*args, **kwargs)
 
 
