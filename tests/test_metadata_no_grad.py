@@ -59,6 +59,21 @@ def _view_of_intermediate_made_to_require_grad(a0):
     return (v0[..., ::2],)
 
 
+def _requires_grad_then_clone_then_hidden_write(a0):
+    a0.requires_grad_()
+    v0 = a0.clone()
+    a0.detach().zero_()
+    return (v0,)
+
+
+def _requires_grad_on_two_of_three_one_written(a0, a1, a2):
+    a2.requires_grad_()
+    v0 = a2 @ a2.mT
+    a0.requires_grad_()
+    a1.data.add_(1)
+    return (v0, sum(t.real.sum() for t in (a0, a1, a2, v0)))
+
+
 def _as_strided_then_requires_grad(a0):
     a0.as_strided_((2, 3), (6, 2), 3)
     a0.requires_grad_()
@@ -103,6 +118,11 @@ def _complex_strided_and_transposed():
     return (s1[:, 1::3], randn(4, 3, seed=1).requires_grad_().t())
 
 
+def _three_views_two_overlapping():
+    s1 = randn(24, seed=1)
+    return (randn(24)[2:14].view(3, 4)[:, 2], s1[7:19].view(4, 3).t(), s1[3:9].view(2, 3))
+
+
 def _expanded_scalar():
     return (randn().expand(2),)
 
@@ -129,6 +149,11 @@ PROGRAMS = {
     "view_of_view_requiring_grad": (_view_of_view_requiring_grad, lambda: (randn(3),)),
     "requires_grad_then_hidden_write": (_requires_grad_then_hidden_write, _expanded_scalar),
     "view_of_intermediate_made_to_require_grad": (_view_of_intermediate_made_to_require_grad, lambda: (randn(2, 2),)),
+    "requires_grad_then_clone_then_hidden_write": (_requires_grad_then_clone_then_hidden_write, _expanded_scalar),
+    "requires_grad_on_two_of_three_one_written": (
+        _requires_grad_on_two_of_three_one_written,
+        _three_views_two_overlapping,
+    ),
     "as_strided_then_requires_grad": (_as_strided_then_requires_grad, _strided_view),
     "requires_grad_on_function_output": (_requires_grad_on_function_output, _two_views),
     "requires_grad_on_dirty_input_then_transpose": (_requires_grad_on_dirty_input_then_transpose, _dirty_and_strided),
