@@ -147,6 +147,8 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
+        if tensor.requires_grad and not base.requires_grad:
+            return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)

@@ -123,6 +123,58 @@ def _three_views_two_overlapping():
     return (randn(24)[2:14].view(3, 4)[:, 2], s1[7:19].view(4, 3).t(), s1[3:9].view(2, 3))
 
 
+def _as_strided_beyond_old_elements(a0):
+    with torch.no_grad():
+        a0.as_strided_((3,), (1,), 3)
+    return (a0 * 2, a0)
+
+
+def _as_strided_beyond_old_elements_with_views(a0):
+    v = a0[1:]
+    with torch.no_grad():
+        a0.as_strided_((3,), (1,), 3)
+    w = a0[:2]
+    return (a0 * 2, v, w)
+
+
+def _t_then_requires_grad(a0):
+    a0.t_()
+    a0.requires_grad_()
+    return (a0 * 2, a0[0], a0)
+
+
+def _views_around_unsqueeze_and_requires_grad(a0):
+    v = a0[0]
+    a0.unsqueeze_(0)
+    a0.requires_grad_()
+    w = a0[0]
+    return (a0 * 2, v, w)
+
+
+def _requires_grad_then_t_under_no_grad(a0):
+    a0.requires_grad_()
+    y = a0 * 2
+    with torch.no_grad():
+        a0.t_()
+    return (y, a0)
+
+
+def _squeeze_under_no_grad_then_view(a0):
+    with torch.no_grad():
+        a0.squeeze_()
+    return (a0.sum(), a0[0])
+
+
+def _as_strided_then_requires_grad_then_sum(a0):
+    a0.as_strided_((2, 3), (6, 2), 3)
+    a0.requires_grad_()
+    return (a0.sum(),)
+
+
+def _leaf_on_larger_storage():
+    return (randn(6).as_strided((3,), (1,), 0).detach().requires_grad_(),)
+
+
 def _expanded_scalar():
     return (randn().expand(2),)
 
@@ -158,6 +210,19 @@ PROGRAMS = {
     "requires_grad_on_function_output": (_requires_grad_on_function_output, _two_views),
     "requires_grad_on_dirty_input_then_transpose": (_requires_grad_on_dirty_input_then_transpose, _dirty_and_strided),
     "transpose_then_real": (_transpose_then_real, _complex_strided_and_transposed),
+    "as_strided_beyond_old_elements": (_as_strided_beyond_old_elements, _leaf_on_larger_storage),
+    "as_strided_beyond_old_elements_with_views": (
+        _as_strided_beyond_old_elements_with_views,
+        _leaf_on_larger_storage,
+    ),
+    "t_then_requires_grad": (_t_then_requires_grad, lambda: (randn(2, 3),)),
+    "views_around_unsqueeze_and_requires_grad": (
+        _views_around_unsqueeze_and_requires_grad,
+        lambda: (randn(2, 3)[:, 1:],),
+    ),
+    "requires_grad_then_t_under_no_grad": (_requires_grad_then_t_under_no_grad, lambda: (randn(2, 3),)),
+    "squeeze_under_no_grad_then_view": (_squeeze_under_no_grad_then_view, lambda: (randn(4, 1).requires_grad_(),)),
+    "as_strided_then_requires_grad_then_sum": (_as_strided_then_requires_grad_then_sum, _strided_view),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }

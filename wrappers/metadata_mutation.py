@@ -48,6 +48,9 @@ class MetadataMutation:
         self._grown: tuple[tuple[UserArg, int], ...] = ()
         # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
         self._restrided_first: tuple[UserArg, ...] = ()
+        # Leaves requiring grad whose geometry changes under no_grad (or before requires_grad_()), never
+        # written: restrided before the call, the layers below see them in their final geometry.
+        self._restrided: tuple[UserArg, ...] = ()
         # Inputs the function calls requires_grad_() on (geometry kept): they require grad before the call.
         self._grad_from_inside: tuple[UserArg, ...] = ()
 
@@ -73,16 +76,34 @@ class MetadataMutation:
         # Inputs set_() onto a storage the function made: the graph returns their final value.
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
-        restrided_first = tuple(i for i in mutated if _restrided_first(meta.input_info[i], outer.args[i]))
+        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        self._restrided = restrided
+        restrided_first = tuple(
+            i for i in mutated if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i])
+        )
         self._restrided_first = restrided_first
         inner_args = list(outer.args)
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
+        # Each restrided input's geometry when the call starts, its offset relative to the final one.
+        started: dict[UserArg, tuple[Any, Any, int]] = {}
+        for arg_idx in restrided:
+            arg, final = outer.args[arg_idx], meta.input_info[arg_idx].final_metadata
+            assert final is not None
+            started[arg_idx] = (tuple(arg.shape), tuple(arg.stride()), -final[2])
+            inner_args[arg_idx] = _restrided_leaf(arg, meta.input_info[arg_idx])
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             for arg_idx in mutated:
                 working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
+            for arg_idx in restrided:
+                # The leaf is in its final geometry; the function starts from the one it had, a view of it:
+                # the geometry changes then take fresh views of the leaf, which gradients reach directly.
+                size, stride, relative_offset = started[arg_idx]
+                working[arg_idx] = args[arg_idx].as_strided(
+                    size, stride, args[arg_idx].storage_offset() + relative_offset
+                )
             outs = list(flat_fn(*working))
             return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
 
@@ -106,7 +127,8 @@ class MetadataMutation:
                 )
                 for i, info in enumerate(meta.input_info)
             ),
-            output_info=split.inner_output_info(meta) + tuple(final_value(i) for i in fresh),
+            output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
+            + tuple(final_value(i) for i in fresh),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
@@ -120,7 +142,10 @@ class MetadataMutation:
         chosen = tuple(
             UserArg(i)
             for i, info in enumerate(meta.input_info)
-            if info.sets_requires_grad and not info.mutates_metadata and info.storage_grown_to == 0
+            if info.sets_requires_grad
+            and (not info.mutates_metadata or _restrided_inside_allowed(info))
+            and info.storage_set_to is None
+            and info.storage_grown_to == 0
         )
         self._grad_from_inside = chosen
         if not chosen:
@@ -146,6 +171,7 @@ class MetadataMutation:
         inner_args = list(outer.args)
         for arg_idx in chosen:
             inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+
         def untracked_view(info: OutputAliasInfo) -> OutputAliasInfo:
             # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
             # its base does, with no history of its own): taken again without one (then made to require grad).
@@ -174,7 +200,7 @@ class MetadataMutation:
             return _setting_requires_grad(inner, self._requires_grad_set)
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
-        fresh, restrided_first = self._fresh, self._restrided_first
+        fresh, restrided_first, restrided = self._fresh, self._restrided_first, self._restrided
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
@@ -182,6 +208,8 @@ class MetadataMutation:
             inner_args = list(args)
             for arg_idx in restrided_first:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
+            for arg_idx in restrided:
+                _restride(args[arg_idx], meta.input_info[arg_idx])
             inner_outs = inner(inner_args)
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
@@ -206,7 +234,7 @@ class MetadataMutation:
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     continue
-                if arg_idx in restrided_first:
+                if arg_idx in restrided_first or arg_idx in restrided:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
                 # it is not, and a leaf requiring grad may change its geometry there.
@@ -230,34 +258,72 @@ def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torc
 
 
 def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """A leaf requiring grad whose geometry changes under no_grad: later uses differentiate the leaf in its
-    new geometry (its gradient has that shape), so it is restrided before the call and the function gets
-    a view of it in the old geometry, through which gradients reach the leaf as in eager.
+    """A leaf requiring grad whose geometry changes under no_grad, written (else ``_restrided_inside``, in
+    grad mode): later uses differentiate the leaf in its new geometry (its gradient has that shape), so it
+    is restrided before the call and the function gets a view of it in the old geometry, through which
+    gradients reach the leaf as in eager.
 
-    Gradients reach the elements the view spans: all of the new geometry's when the old one spans them
-    (``t_``, ``squeeze_``, an ``as_strided_`` within it), or when the input is written (the synthetic-base
-    layer then spans its storage)."""
+    Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
+    old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
     if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad):
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
-    if info.storage_set_to is not None:
-        return False
-    permuted = relative_offset == 0 and sorted(zip(stride, size, strict=True)) == sorted(
+    same_elements = relative_offset == 0 and sorted(zip(stride, size, strict=True)) == sorted(
         zip(arg.stride(), arg.shape, strict=True)
     )
-    # Sets of offsets, bounded in size: compile-time work only.
-    old = (arg.shape, arg.stride(), 0)
-    within = arg.numel() <= 1 << 20 and _elements(size, stride, relative_offset) <= _elements(*old)
-    return info.mutates_data or permuted or within
+    return info.storage_set_to is None and (info.mutates_data or same_elements)
 
 
-def _elements(size: Any, stride: Any, offset: int) -> set[int]:
-    """The storage offsets a geometry reaches (relative to the input's offset)."""
-    offsets = {offset}
-    for n, st in zip(size, stride, strict=True):
-        offsets = {o + i * st for o in offsets for i in range(n)}
-    return offsets
+def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
+    """A leaf requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry changes
+    where autograd records nothing, never written: its gradient has its final geometry (eager's leaf is
+    first differentiated there), so the layers below get it restrided, the function a view of it in the
+    geometry it had. Written, its writes may reach beyond the final geometry: ``_restrided_first``."""
+    unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
+    return (
+        _restrided_inside_allowed(info)
+        and info.is_leaf
+        and info.requires_grad
+        and unrecorded
+        and info.storage_set_to is None
+        and not info.storage_grown_to
+    )
+
+
+def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
+    """Never written; and in grad mode (the cache keys on it): under the caller's no_grad nothing is
+    differentiated, and views eager took before the change are taken again before the restride, which
+    autograd tells apart (their ``grad_fn`` raises, as eager's)."""
+    return not info.mutates_data and torch.is_grad_enabled()
+
+
+def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
+    """Give ``target`` its final geometry in place, as eager changed it: under no_grad."""
+    assert info.final_metadata is not None
+    size, stride, relative_offset = info.final_metadata
+    with torch.no_grad():
+        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+
+
+def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """A leaf on ``arg``'s storage in its final geometry, standing for it while compiling."""
+    leaf = _leaf_on(arg)
+    _restride(leaf, info)
+    return leaf.requires_grad_(info.requires_grad)
+
+
+def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
+    """A view of a restrided input, taken again from the input in its final geometry."""
+    if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
+        return info
+    size, stride, offset = started[info.base_input]
+    first = info.view_chain[0]
+    if first.from_geometry is not None:
+        size, stride, relative = first.from_geometry
+        offset += relative
+    first = dataclasses.replace(first, from_geometry=(size, stride, offset))
+    return dataclasses.replace(info, view_chain=(first, *info.view_chain[1:]))
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
@@ -339,6 +405,16 @@ class _RequiresGradInside(TorchFunctionMode):
             if found is not None and found[0] is args[0] and wanted:
                 alias, source = found
                 if not alias.requires_grad:
+                    # Attached to the input (the function got a view of it in another geometry, or changed its
+                    # alias's geometry since): to its elements the alias now spans.
+                    root = source._base if source._base is not None else source
+                    if (alias.shape, alias.stride(), alias.storage_offset()) != (
+                        root.shape,
+                        root.stride(),
+                        root.storage_offset(),
+                    ):
+                        root = root.as_strided(alias.shape, alias.stride(), alias.storage_offset())
+                    source = root
                     with torch.enable_grad():
                         _Attach.apply(alias, source)  # type: ignore[no-untyped-call]
                 return None if setter else alias
