@@ -171,6 +171,12 @@ def _as_strided_then_requires_grad_then_sum(a0):
     return (a0.sum(),)
 
 
+def _t_under_no_grad_of_a_view(a0):
+    with torch.no_grad():
+        a0.t_()
+    return (a0, sum(t.real.sum() for t in (a0,)))
+
+
 def _leaf_on_larger_storage():
     return (randn(6).as_strided((3,), (1,), 0).detach().requires_grad_(),)
 
@@ -223,6 +229,10 @@ PROGRAMS = {
     "requires_grad_then_t_under_no_grad": (_requires_grad_then_t_under_no_grad, lambda: (randn(2, 3),)),
     "squeeze_under_no_grad_then_view": (_squeeze_under_no_grad_then_view, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_then_requires_grad_then_sum": (_as_strided_then_requires_grad_then_sum, _strided_view),
+    "t_under_no_grad_of_a_view": (
+        _t_under_no_grad_of_a_view,
+        lambda: (randn(18).requires_grad_()[5:17].view(3, 4),),
+    ),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }

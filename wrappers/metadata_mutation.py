@@ -276,14 +276,14 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
 
 
 def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
-    """A leaf requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry changes
-    where autograd records nothing, never written: its gradient has its final geometry (eager's leaf is
-    first differentiated there), so the layers below get it restrided, the function a view of it in the
-    geometry it had. Written, its writes may reach beyond the final geometry: ``_restrided_first``."""
+    """An input requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry
+    changes where autograd records nothing, never written: its gradient has its final geometry (eager's
+    leaf is first differentiated there, a view's history is taken again there), so the layers below get
+    it restrided, the function a view of it in the geometry it had. Written, its writes may reach beyond
+    the final geometry: ``_restrided_first``."""
     unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
     return (
         _restrided_inside_allowed(info)
-        and info.is_leaf
         and info.requires_grad
         and unrecorded
         and info.storage_set_to is None
