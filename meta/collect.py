@@ -139,6 +139,10 @@ class FreshViews(TorchFunctionMode):
         self._changed_bases: dict[int, torch.Tensor] = {}
         # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
         self._on_fresh = on_fresh
+        # A view's geometries before each change autograd recorded (grad mode, the view requiring grad):
+        # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
+        # view's history), so elements the old geometry does not span get no gradient.
+        self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -149,7 +153,10 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
-        fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        through = base
+        for size, stride, offset in self._recorded.get(id(tensor), ()):
+            through = through.as_strided(size, stride, offset)
+        fresh = through.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -162,6 +169,9 @@ class FreshViews(TorchFunctionMode):
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
         out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
         own_object = name in _OWN_OBJECT_METHODS and not _is_view_attribute(func)
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+            if torch.is_grad_enabled() and args[0].requires_grad:
+                self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
         if (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:

@@ -177,6 +177,26 @@ def _t_under_no_grad_of_a_view(a0):
     return (a0, sum(t.real.sum() for t in (a0,)))
 
 
+def _as_strided_beyond_a_written_neighbour(a0, a1):
+    a1.clamp_(min=-0.5)
+    a0.as_strided_((4,), (1,), 6)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _as_strided_with_grad_beyond_the_view(a0):
+    a0.as_strided_((2,), (0,), 8)
+    return (a0,)
+
+
+def _halves_of_a_non_leaf():
+    s0 = randn(10).requires_grad_() * 1
+    return (s0[0:5], s0[5:10])
+
+
+def _column_of_a_non_leaf():
+    return (randn(24).requires_grad_()[7:19].view(3, 4)[:, 0],)
+
+
 def _leaf_on_larger_storage():
     return (randn(6).as_strided((3,), (1,), 0).detach().requires_grad_(),)
 
@@ -233,6 +253,8 @@ PROGRAMS = {
         _t_under_no_grad_of_a_view,
         lambda: (randn(18).requires_grad_()[5:17].view(3, 4),),
     ),
+    "as_strided_beyond_a_written_neighbour": (_as_strided_beyond_a_written_neighbour, _halves_of_a_non_leaf),
+    "as_strided_with_grad_beyond_the_view": (_as_strided_with_grad_beyond_the_view, _column_of_a_non_leaf),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }

@@ -220,7 +220,7 @@ class MetadataMutation:
                 return args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
-            for target, (arg_idx, info) in zip(targets, final, strict=True):
+            for target, v, (arg_idx, info) in zip(targets, versions, final, strict=True):
                 assert info.final_metadata is not None
                 size, stride, relative_offset = info.final_metadata
                 if info.storage_set_to is not None:
@@ -238,7 +238,12 @@ class MetadataMutation:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
                 # it is not, and a leaf requiring grad may change its geometry there.
-                with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
+                recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad
+                if recorded and target.requires_grad and info.version_bumps:
+                    # The recorded change bumps the counter to eager's final value, and autograd's record of
+                    # the view is taken at it: setting the counter afterwards would make it stale.
+                    set_versions([target], [v + info.version_bumps - 1])
+                with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
             return outs
