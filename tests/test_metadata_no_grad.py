@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import aot
-from tests.functions import DoublesInPlace, ScalesBySavedThenDoublesIt
+from tests.functions import DoublesInPlace, Identity, ScalesBySavedThenDoublesIt
 from tests.oracle import check, functional_nop
 
 MODES = ["training", "no_grad"]
@@ -197,6 +197,20 @@ def _column_of_a_non_leaf():
     return (randn(24).requires_grad_()[7:19].view(3, 4)[:, 0],)
 
 
+def _function_view_then_requires_grad(a0, a1):
+    v2 = a0 @ a0.mT
+    v3 = Identity.apply(a1)
+    a1.requires_grad_()
+    v5 = a1.narrow(-1, 1, 2)
+    a1.data.mul_(2)
+    return (sum(t.real.sum() for t in (a0, a1, v2, v3, v5)),)
+
+
+def _expanded_and_strided():
+    s1 = randn(24)
+    return (s1[1:4].expand(2, 3), s1[1:7:2])
+
+
 def _leaf_on_larger_storage():
     return (randn(6).as_strided((3,), (1,), 0).detach().requires_grad_(),)
 
@@ -255,6 +269,7 @@ PROGRAMS = {
     ),
     "as_strided_beyond_a_written_neighbour": (_as_strided_beyond_a_written_neighbour, _halves_of_a_non_leaf),
     "as_strided_with_grad_beyond_the_view": (_as_strided_with_grad_beyond_the_view, _column_of_a_non_leaf),
+    "function_view_then_requires_grad": (_function_view_then_requires_grad, _expanded_and_strided),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }

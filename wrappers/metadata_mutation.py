@@ -24,7 +24,9 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
 
+from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
@@ -374,56 +376,65 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
         return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
 
 
-class _Attach(torch.autograd.Function):
-    """``alias`` (an untracked alias of ``source``) taking ``source``'s history in place."""
-
-    @staticmethod
-    def forward(ctx: Any, alias: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        ctx.mark_dirty(alias)
-        return alias
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
-
-
 class _RequiresGradInside(TorchFunctionMode):
-    """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input's history."""
+    """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input: from then on
+    every op gets, in its place, a view of the input with the alias's current geometry (a stand-in, as
+    ``meta.collect.FreshViews`` makes), whose history reaches the input. The alias object itself stays
+    untracked, so views taken before keep none, as in eager; no in-place op is needed to attach it."""
 
     def __init__(self) -> None:
         super().__init__()
         self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._attached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def untracked(self, source: torch.Tensor) -> torch.Tensor:
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
         return alias
 
+    def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        found = self._attached.get(id(value))
+        if found is None or found[0] is not value:
+            return value
+        source = found[1]
+        root = source._base if source._base is not None else source
+        return root.as_strided(value.shape, value.stride(), value.storage_offset())
+
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
         # ``x.requires_grad_()``, or ``x.requires_grad = True`` (the attribute's ``__set__``).
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
-        setter = getattr(func, "__name__", "") == "__set__" and attribute == "requires_grad"
+        setter = name == "__set__" and attribute == "requires_grad"
         if (func is torch.Tensor.requires_grad_ or setter) and args:
             found = self._sources.get(id(args[0]))
-            wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
-            if found is not None and found[0] is args[0] and wanted:
-                alias, source = found
-                if not alias.requires_grad:
-                    # Attached to the input (the function got a view of it in another geometry, or changed its
-                    # alias's geometry since): to its elements the alias now spans.
-                    root = source._base if source._base is not None else source
-                    if (alias.shape, alias.stride(), alias.storage_offset()) != (
-                        root.shape,
-                        root.stride(),
-                        root.storage_offset(),
-                    ):
-                        root = root.as_strided(alias.shape, alias.stride(), alias.storage_offset())
-                    source = root
-                    with torch.enable_grad():
-                        _Attach.apply(alias, source)  # type: ignore[no-untyped-call]
-                return None if setter else alias
-        return func(*args, **kwargs)
+            if found is not None and found[0] is args[0]:
+                wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+                if not wanted and id(args[0]) in self._attached:
+                    raise UnsupportedMutationError(
+                        f"requires_grad_(False) on input {args[0].shape} after requires_grad_() inside the "
+                        "function: not supported; detach() it instead"
+                    )
+                if wanted:
+                    self._attached[id(args[0])] = found
+                return None if setter else args[0]
+        if not self._attached or name == "__set__":
+            return func(*args, **kwargs)
+        first, rest = (args[0], args[1:]) if args else (None, ())
+        if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+            first = self._stand_in(first)
+        rest, kwargs_in = tree_map_only(torch.Tensor, self._stand_in, (rest, kwargs))
+        if "out" in kwargs:
+            kwargs_in["out"] = kwargs["out"]
+        out = func(*((first, *rest) if args else ()), **kwargs_in)
+        # An in-place op returns its argument: the function's object, not the stand-in.
+        return args[0] if args and out is first and first is not args[0] else out
+
+
+# In-place geometry changes: applied to the alias itself, the next stand-in takes its new geometry.
+_INPLACE_VIEW_METHODS = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+)
 
 
 def _setting_requires_grad_first(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
