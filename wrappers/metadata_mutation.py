@@ -12,6 +12,19 @@ took them), the caller's tensor gets its final size, stride and offset, under
 the caller's grad mode, as eager's in-place view op left it. An output that is
 the input itself is returned here.
 
+An input requiring grad whose geometry changes where autograd records nothing
+(under ``no_grad``, or before the function's own ``requires_grad_()``) is
+restrided *before* the call: eager differentiates it in its final geometry. In
+grad mode, unwritten, the layers below see it in that geometry and the function
+gets a view of it in the old one, whose later geometry changes take fresh views
+of the input (``_restrided_inside``); written, or under the caller's ``no_grad``,
+the function gets an old-geometry view from outside (``_restrided_first``).
+
+An input the function calls ``requires_grad_()`` on requires grad before the
+call; the function gets an untracked alias of it, and after its
+``requires_grad_()`` every op reads a view of the input instead, so uses before
+stay untracked and uses after reach the input's ``.grad``, as in eager.
+
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
 its data, as eager grows it: below, the resize is one within the storage.
@@ -50,10 +63,10 @@ class MetadataMutation:
         self._grown: tuple[tuple[UserArg, int], ...] = ()
         # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
         self._restrided_first: tuple[UserArg, ...] = ()
-        # Leaves requiring grad whose geometry changes under no_grad (or before requires_grad_()), never
-        # written: restrided before the call, the layers below see them in their final geometry.
+        # Inputs requiring grad whose geometry changes under no_grad (or before requires_grad_()), never
+        # written, in grad mode: restrided before the call, the layers below see their final geometry.
         self._restrided: tuple[UserArg, ...] = ()
-        # Inputs the function calls requires_grad_() on (geometry kept): they require grad before the call.
+        # Inputs the function calls requires_grad_() on: they require grad before the call.
         self._grad_from_inside: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
