@@ -211,6 +211,14 @@ def _expanded_and_strided():
     return (s1[1:4].expand(2, 3), s1[1:7:2])
 
 
+def _squeeze_under_no_grad_then_unsqueeze_a_view(a0):
+    with torch.set_grad_enabled(False):
+        a0.squeeze_()
+    v0 = a0.unfold(0, 2, 2)
+    v0.unsqueeze_(0)
+    return ()
+
+
 def _leaf_on_larger_storage():
     return (randn(6).as_strided((3,), (1,), 0).detach().requires_grad_(),)
 
@@ -270,6 +278,10 @@ PROGRAMS = {
     "as_strided_beyond_a_written_neighbour": (_as_strided_beyond_a_written_neighbour, _halves_of_a_non_leaf),
     "as_strided_with_grad_beyond_the_view": (_as_strided_with_grad_beyond_the_view, _column_of_a_non_leaf),
     "function_view_then_requires_grad": (_function_view_then_requires_grad, _expanded_and_strided),
+    "squeeze_under_no_grad_then_unsqueeze_a_view": (
+        _squeeze_under_no_grad_then_unsqueeze_a_view,
+        lambda: ((randn(12).requires_grad_() * 1)[6:11],),
+    ),
     "squeeze_under_no_grad": (_squeeze_under_no_grad, lambda: (randn(4, 1).requires_grad_(),)),
     "as_strided_under_no_grad": (_as_strided_under_no_grad, lambda: (randn(3).requires_grad_(),)),
 }

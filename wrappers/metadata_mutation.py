@@ -327,10 +327,12 @@ def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
 
 
 def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
-    """A leaf on ``arg``'s storage in its final geometry, standing for it while compiling."""
+    """A tensor on ``arg``'s storage in its final geometry, standing for it while compiling."""
     leaf = _leaf_on(arg)
     _restride(leaf, info)
-    return leaf.requires_grad_(info.requires_grad)
+    leaf.requires_grad_(info.requires_grad)
+    # A non-leaf stays one (the trace makes no leaf of it): writes through its views are allowed.
+    return leaf if info.is_leaf or not info.requires_grad else leaf.view_as(leaf)
 
 
 def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
