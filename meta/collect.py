@@ -111,6 +111,15 @@ _INPLACE_VIEW_METHODS = frozenset(
 _OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
 
 
+# Tensor attributes that are views (``x.real`` is ``view_as_real`` then ``select``): read from a fresh view too.
+_VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
+
+
+def _is_view_attribute(func: Any) -> bool:
+    attribute = getattr(func, "__self__", None)
+    return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -130,6 +139,10 @@ class FreshViews(TorchFunctionMode):
         self._changed_bases: dict[int, torch.Tensor] = {}
         # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
         self._on_fresh = on_fresh
+        # A view's geometries before each change autograd recorded (grad mode, the view requiring grad):
+        # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
+        # view's history), so elements the old geometry does not span get no gradient.
+        self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -138,7 +151,12 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
-        fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        if tensor.requires_grad and not base.requires_grad:
+            return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
+        through = base
+        for size, stride, offset in self._recorded.get(id(tensor), ()):
+            through = through.as_strided(size, stride, offset)
+        fresh = through.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -150,7 +168,11 @@ class FreshViews(TorchFunctionMode):
         # itself, never a stand-in.
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
         out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
-        if (self._changed or self._changed_bases) and name not in _OWN_OBJECT_METHODS:
+        own_object = name in _OWN_OBJECT_METHODS and not _is_view_attribute(func)
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+            if torch.is_grad_enabled() and args[0].requires_grad:
+                self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
+        if (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first
@@ -414,7 +436,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         geometry = None
         while node.parent is not None:
             assert node.step is not None
-            steps.append(node.step)
+            steps.append(_with_requires_grad_set(node.step, node.tensor))
             geometry = node.parent_geometry
             node = node.parent
             if stop(node.tensor):
@@ -446,6 +468,17 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             assert node.parent is not None
             node = node.parent
         return node.tensor
+
+
+def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
+    """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
+    needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
+    requires it too, with a history or, taken under no_grad, none)."""
+    if step.in_place or not view.requires_grad or (view._base is not None and view._base.requires_grad):
+        return step
+    if not _is_leaf(view):
+        return step
+    return dataclasses.replace(step, requires_grad_set=True)
 
 
 def _out_of_place_view(op: Any) -> Any:
@@ -633,7 +666,12 @@ def collect_meta(
         if id(root) not in base_of_root:
             base_of_root[id(root)] = IntermediateBase(len(intermediate_bases))
             intermediate_bases.append(
-                OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=root.requires_grad, spec=TensorSpec.of(root))
+                OutputAliasInfo(
+                    OutputType.NON_ALIAS,
+                    requires_grad=root.requires_grad,
+                    spec=TensorSpec.of(root),
+                    is_leaf=root.requires_grad and _is_leaf(root),
+                )
             )
         base_k = base_of_root[id(root)]
         output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
@@ -752,16 +790,25 @@ def _input_info(
         and real.requires_grad
         and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
-        requires_grad_after=bool(data_writes) and fake.requires_grad,
+        # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
+        requires_grad_after=bool(data_writes) and fake.requires_grad and not (sets_requires_grad and _is_leaf(fake)),
         version_bumps=version_bumps,
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
-        sets_requires_grad=sets_requires_grad and not data_writes,
+        # Eager leaves it a leaf requiring grad (a write of a value with history made it none).
+        sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         storage_grown_to=storage_grown_to,
     )
+
+
+def _is_leaf(tensor: torch.Tensor) -> bool:
+    try:
+        return bool(tensor.is_leaf)
+    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+        return False
 
 
 def _history(tensor: torch.Tensor) -> Any:

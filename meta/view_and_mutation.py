@@ -66,6 +66,8 @@ class ViewStep:
     # The step stands for an in-place geometry change (``t_``, ``resize_``): it keeps the tensor what it
     # was, a view of the same base, or no view (a ``detach()`` alias) at all.
     in_place: bool = False
+    # The function called ``requires_grad_()`` on the view the step made (a leaf then): so does the replay.
+    requires_grad_set: bool = False
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(self.grad_enabled):
@@ -78,6 +80,8 @@ class ViewStep:
             with torch.no_grad():
                 geometry = (result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
                 result = torch.empty(0, dtype=result.dtype, device=result.device).set_(*geometry)
+        if self.requires_grad_set and result.is_leaf and not result.requires_grad:
+            result.requires_grad_()
         return result
 
     def __str__(self) -> str:

@@ -56,7 +56,7 @@ Steps:
     only on tensors that do not require grad; growing past the storage is not drawn:
     the new elements would be uninitialized memory, not comparable);
   - ``set_``: ``x.set_(y)`` under ``no_grad`` (x an input or a value, y any same-dtype value);
-  - ``requires_grad_``: ``requires_grad_()`` inside the function;
+  - ``requires_grad_``: ``requires_grad_()`` (or ``x.requires_grad = True``) inside the function;
   - ``grad_mode``: steps inside ``torch.no_grad()``, ``torch.enable_grad()`` and
     ``torch.set_grad_enabled(False)`` blocks;
   - ``autograd_function``: custom ``torch.autograd.Function``s: identity returning its
@@ -760,7 +760,8 @@ class _Drawer:
         x = self.pick(values, _inexact)
         if x is None:
             return None
-        return Step((f"{x}.requires_grad_()",), (), "requires_grad_")
+        line = f"{x}.requires_grad_()" if self.rng.random() < 0.75 else f"{x}.requires_grad = True"
+        return Step((line,), (), "requires_grad_")
 
     def function(self, values: dict[str, torch.Tensor]) -> Step | None:
         name = self.rng.choice(sorted(FUNCTIONS))

@@ -12,6 +12,19 @@ took them), the caller's tensor gets its final size, stride and offset, under
 the caller's grad mode, as eager's in-place view op left it. An output that is
 the input itself is returned here.
 
+An input requiring grad whose geometry changes where autograd records nothing
+(under ``no_grad``, or before the function's own ``requires_grad_()``) is
+restrided *before* the call: eager differentiates it in its final geometry. In
+grad mode, unwritten, the layers below see it in that geometry and the function
+gets a view of it in the old one, whose later geometry changes take fresh views
+of the input (``_restrided_inside``); written, or under the caller's ``no_grad``,
+the function gets an old-geometry view from outside (``_restrided_first``).
+
+An input the function calls ``requires_grad_()`` on requires grad before the
+call; the function gets an untracked alias of it, and after its
+``requires_grad_()`` every op reads a view of the input instead, so uses before
+stay untracked and uses after reach the input's ``.grad``, as in eager.
+
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
 its data, as eager grows it: below, the resize is one within the storage.
@@ -23,7 +36,10 @@ import dataclasses
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
 
+from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
 from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
@@ -47,8 +63,14 @@ class MetadataMutation:
         self._grown: tuple[tuple[UserArg, int], ...] = ()
         # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
         self._restrided_first: tuple[UserArg, ...] = ()
+        # Inputs requiring grad whose geometry changes under no_grad (or before requires_grad_()), never
+        # written, in grad mode: restrided before the call, the layers below see their final geometry.
+        self._restrided: tuple[UserArg, ...] = ()
+        # Inputs the function calls requires_grad_() on: they require grad before the call.
+        self._grad_from_inside: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
+        outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
         self._grown = tuple(
@@ -69,16 +91,34 @@ class MetadataMutation:
         # Inputs set_() onto a storage the function made: the graph returns their final value.
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
-        restrided_first = tuple(i for i in mutated if _restrided_first(meta.input_info[i], outer.args[i]))
+        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        self._restrided = restrided
+        restrided_first = tuple(
+            i for i in mutated if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i])
+        )
         self._restrided_first = restrided_first
         inner_args = list(outer.args)
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
+        # Each restrided input's geometry when the call starts, its offset relative to the final one.
+        started: dict[UserArg, tuple[Any, Any, int]] = {}
+        for arg_idx in restrided:
+            arg, final = outer.args[arg_idx], meta.input_info[arg_idx].final_metadata
+            assert final is not None
+            started[arg_idx] = (tuple(arg.shape), tuple(arg.stride()), -final[2])
+            inner_args[arg_idx] = _restrided_leaf(arg, meta.input_info[arg_idx])
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             for arg_idx in mutated:
                 working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
+            for arg_idx in restrided:
+                # The leaf is in its final geometry; the function starts from the one it had, a view of it:
+                # the geometry changes then take fresh views of the leaf, which gradients reach directly.
+                size, stride, relative_offset = started[arg_idx]
+                working[arg_idx] = args[arg_idx].as_strided(
+                    size, stride, args[arg_idx].storage_offset() + relative_offset
+                )
             outs = list(flat_fn(*working))
             return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
 
@@ -102,21 +142,80 @@ class MetadataMutation:
                 )
                 for i, info in enumerate(meta.input_info)
             ),
-            output_info=split.inner_output_info(meta) + tuple(final_value(i) for i in fresh),
+            output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
+            + tuple(final_value(i) for i in fresh),
+        )
+        return Stage(inner_fn, inner_args, inner_meta)
+
+    def _requiring_grad_first(self, outer: Stage) -> Stage:
+        """An input the function calls ``requires_grad_()`` on is a leaf requiring grad from then on: uses
+        after the call reach it in the backward (its ``.grad``), views of it returned require grad. So the
+        caller's tensor requires grad before the call, the layers below see an input requiring grad, and
+        the function gets an untracked alias of it whose ``requires_grad_()`` attaches it to the input's
+        history (see ``_RequiresGradInside``): uses before the call stay untracked, as in eager."""
+        meta = outer.meta
+        chosen = tuple(
+            UserArg(i)
+            for i, info in enumerate(meta.input_info)
+            if info.sets_requires_grad
+            and (not info.mutates_metadata or _restrided_inside_allowed(info))
+            and info.storage_set_to is None
+            and info.storage_grown_to == 0
+        )
+        self._grad_from_inside = chosen
+        if not chosen:
+            return outer
+        flat_fn = outer.fn
+
+        def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
+            working = list(args)
+            mode = _RequiresGradInside()
+            for arg_idx in chosen:
+                working[arg_idx] = mode.untracked(args[arg_idx])
+            with mode:
+                return list(flat_fn(*working))
+
+        def inside(info: InputAliasInfo) -> InputAliasInfo:
+            # A write before requires_grad_() wrote a tensor needing no grad, one after went around autograd
+            # (a leaf requiring grad is written only so): eager's writes leave no history on the input.
+            hidden = info.mutates_data and not info.mutations_under_no_grad
+            return dataclasses.replace(
+                info, requires_grad=True, sets_requires_grad=False, mutations_hidden_from_autograd=hidden
+            )
+
+        inner_args = list(outer.args)
+        for arg_idx in chosen:
+            inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+
+        def untracked_view(info: OutputAliasInfo) -> OutputAliasInfo:
+            # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
+            # its base does, with no history of its own): taken again without one (then made to require grad).
+            if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in chosen:
+                return info
+            if info.requires_grad and not info.is_leaf:
+                return info
+            chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in info.view_chain)
+            return dataclasses.replace(info, view_chain=chain)
+
+        inner_meta = dataclasses.replace(
+            meta,
+            input_info=tuple(inside(info) if UserArg(i) in chosen else info for i, info in enumerate(meta.input_info)),
+            output_info=tuple(untracked_view(info) for info in meta.output_info),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
     def post_compile(self, inner: Runtime) -> Runtime:
+        return _setting_requires_grad_first(self._post_compile(inner), self._grad_from_inside)
+
+    def _post_compile(self, inner: Runtime) -> Runtime:
         meta, mutated, split = self._meta, self._mutated, self._split
         assert meta is not None, "post_compile before pre_compile"
-        requires_grad_set = self._requires_grad_set
-        if requires_grad_set:
-            inner = _setting_requires_grad(inner, requires_grad_set)
         if not mutated:
-            return _growing_storages(inner, self._grown) if self._grown else inner
+            inner = _growing_storages(inner, self._grown) if self._grown else inner
+            return _setting_requires_grad(inner, self._requires_grad_set)
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
-        fresh, restrided_first = self._fresh, self._restrided_first
+        fresh, restrided_first, restrided = self._fresh, self._restrided_first, self._restrided
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
@@ -124,6 +223,8 @@ class MetadataMutation:
             inner_args = list(args)
             for arg_idx in restrided_first:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
+            for arg_idx in restrided:
+                _restride(args[arg_idx], meta.input_info[arg_idx])
             inner_outs = inner(inner_args)
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
@@ -134,7 +235,7 @@ class MetadataMutation:
                 return args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
-            for target, (arg_idx, info) in zip(targets, final, strict=True):
+            for target, v, (arg_idx, info) in zip(targets, versions, final, strict=True):
                 assert info.final_metadata is not None
                 size, stride, relative_offset = info.final_metadata
                 if info.storage_set_to is not None:
@@ -148,16 +249,23 @@ class MetadataMutation:
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     continue
-                if arg_idx in restrided_first:
+                if arg_idx in restrided_first or arg_idx in restrided:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
                 # it is not, and a leaf requiring grad may change its geometry there.
-                with torch.set_grad_enabled(torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad):
+                recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad
+                if recorded and target.requires_grad and info.version_bumps:
+                    # The recorded change bumps the counter to eager's final value, and autograd's record of
+                    # the view is taken at it: setting the counter afterwards would make it stale.
+                    set_versions([target], [v + info.version_bumps - 1])
+                with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
             return outs
 
-        return _growing_storages(run, self._grown) if self._grown else run
+        # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
+        grown = _growing_storages(run, self._grown) if self._grown else run
+        return _setting_requires_grad(grown, self._requires_grad_set)
 
 
 def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:
@@ -170,9 +278,10 @@ def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torc
 
 
 def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """A leaf requiring grad whose geometry changes under no_grad: later uses differentiate the leaf in its
-    new geometry (its gradient has that shape), so it is restrided before the call and the function gets
-    a view of it in the old geometry, through which gradients reach the leaf as in eager.
+    """A leaf requiring grad whose geometry changes under no_grad, written (else ``_restrided_inside``, in
+    grad mode): later uses differentiate the leaf in its new geometry (its gradient has that shape), so it
+    is restrided before the call and the function gets a view of it in the old geometry, through which
+    gradients reach the leaf as in eager.
 
     Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
     old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
@@ -184,6 +293,59 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
         zip(arg.stride(), arg.shape, strict=True)
     )
     return info.storage_set_to is None and (info.mutates_data or same_elements)
+
+
+def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
+    """An input requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry
+    changes where autograd records nothing, never written: its gradient has its final geometry (eager's
+    leaf is first differentiated there, a view's history is taken again there), so the layers below get
+    it restrided, the function a view of it in the geometry it had. Written, its writes may reach beyond
+    the final geometry: ``_restrided_first``."""
+    unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
+    return (
+        _restrided_inside_allowed(info)
+        and info.requires_grad
+        and unrecorded
+        and info.storage_set_to is None
+        and not info.storage_grown_to
+    )
+
+
+def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
+    """Never written; and in grad mode (the cache keys on it): under the caller's no_grad nothing is
+    differentiated, and views eager took before the change are taken again before the restride, which
+    autograd tells apart (their ``grad_fn`` raises, as eager's)."""
+    return not info.mutates_data and torch.is_grad_enabled()
+
+
+def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
+    """Give ``target`` its final geometry in place, as eager changed it: under no_grad."""
+    assert info.final_metadata is not None
+    size, stride, relative_offset = info.final_metadata
+    with torch.no_grad():
+        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+
+
+def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """A tensor on ``arg``'s storage in its final geometry, standing for it while compiling."""
+    leaf = _leaf_on(arg)
+    _restride(leaf, info)
+    leaf.requires_grad_(info.requires_grad)
+    # A non-leaf stays one (the trace makes no leaf of it): writes through its views are allowed.
+    return leaf if info.is_leaf or not info.requires_grad else leaf.view_as(leaf)
+
+
+def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
+    """A view of a restrided input, taken again from the input in its final geometry."""
+    if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
+        return info
+    size, stride, offset = started[info.base_input]
+    first = info.view_chain[0]
+    if first.from_geometry is not None:
+        size, stride, relative = first.from_geometry
+        offset += relative
+    first = dataclasses.replace(first, from_geometry=(size, stride, offset))
+    return dataclasses.replace(info, view_chain=(first, *info.view_chain[1:]))
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
@@ -222,7 +384,96 @@ def _growing_storages(inner: Runtime, grown: tuple[tuple[UserArg, int], ...]) ->
     return run
 
 
+def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
+    """A leaf with ``arg``'s memory and geometry, no view of anything."""
+    leaf = torch.empty(0, dtype=arg.dtype, device=arg.device)
+    with torch.no_grad():
+        return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
+
+
+class _RequiresGradInside(TorchFunctionMode):
+    """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input: from then on
+    every op gets, in its place, a view of the input with the alias's current geometry (a stand-in, as
+    ``meta.collect.FreshViews`` makes), whose history reaches the input. The alias object itself stays
+    untracked, so views taken before keep none, as in eager; no in-place op is needed to attach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._attached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def untracked(self, source: torch.Tensor) -> torch.Tensor:
+        alias = source.detach()
+        self._sources[id(alias)] = (alias, source)
+        return alias
+
+    def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        found = self._attached.get(id(value))
+        if found is None or found[0] is not value:
+            return value
+        source = found[1]
+        root = source._base if source._base is not None else source
+        return root.as_strided(value.shape, value.stride(), value.storage_offset())
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        # ``x.requires_grad_()``, or ``x.requires_grad = True`` (the attribute's ``__set__``).
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        setter = name == "__set__" and attribute == "requires_grad"
+        if (func is torch.Tensor.requires_grad_ or setter) and args:
+            found = self._sources.get(id(args[0]))
+            if found is not None and found[0] is args[0]:
+                wanted = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+                if not wanted and id(args[0]) in self._attached:
+                    raise UnsupportedMutationError(
+                        f"requires_grad_(False) on input {args[0].shape} after requires_grad_() inside the "
+                        "function: not supported; detach() it instead"
+                    )
+                if wanted:
+                    self._attached[id(args[0])] = found
+                return None if setter else args[0]
+        if not self._attached or name == "__set__":
+            return func(*args, **kwargs)
+        first, rest = (args[0], args[1:]) if args else (None, ())
+        if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+            first = self._stand_in(first)
+        rest, kwargs_in = tree_map_only(torch.Tensor, self._stand_in, (rest, kwargs))
+        if "out" in kwargs:
+            kwargs_in["out"] = kwargs["out"]
+        out = func(*((first, *rest) if args else ()), **kwargs_in)
+        # An in-place op returns its argument: the function's object, not the stand-in.
+        return args[0] if args and out is first and first is not args[0] else out
+
+
+# In-place geometry changes: applied to the alias itself, the next stand-in takes its new geometry.
+_INPLACE_VIEW_METHODS = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+)
+
+
+def _setting_requires_grad_first(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+    if not inputs:
+        return inner
+
+    def run(args: list[torch.Tensor]) -> list[Any]:
+        targets = [args[arg_idx] for arg_idx in inputs if not args[arg_idx].requires_grad]
+        for target in targets:
+            target.requires_grad_()
+        try:
+            return inner(args)
+        except BaseException:
+            for target in targets:
+                target.requires_grad_(False)
+            raise
+
+    return run
+
+
 def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+    if not inputs:
+        return inner
+
     def run(args: list[torch.Tensor]) -> list[Any]:
         outs = inner(args)
         for arg_idx in inputs:

@@ -84,12 +84,15 @@ class RuntimeEpilogue:
             )
             for arg_idx in mutated
         )
-        # Below, a Function's view of an input is a computed output like any other.
-        computed_info = tuple(dataclasses.replace(meta.output_info[i], computed_alias=None) for i in computed)
+        # Below, a Function's view of an input is a computed output like any other; a leaf the function
+        # called requires_grad_() on is a value without history (no tangent).
+        computed_info = tuple(
+            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None) for i in computed
+        )
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(_unmutated(info) for info in meta.input_info),
-            output_info=computed_info + meta.intermediate_bases + new_values,
+            output_info=computed_info + tuple(map(_without_made_leaf, meta.intermediate_bases)) + new_values,
             intermediate_bases=(),
         )
         return Stage(inner_fn, outer.args, inner_meta)
@@ -108,6 +111,7 @@ class RuntimeEpilogue:
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
+        set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
         if not writes and not tracked and not hidden_views and not set_inside and len(user_to_graph) == len(
             meta.output_info
         ):
@@ -177,12 +181,26 @@ class RuntimeEpilogue:
                 else:
                     assert info.base_intermediate is not None
                     base = graph_outs[base_to_graph[info.base_intermediate]]
+                    if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]) and not base.requires_grad:
+                        base.requires_grad_()  # its views require grad as eager's, from their base
                     outs[out_idx] = replay_views(base, info.view_chain, made)
             if tracked:
                 set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
             return outs
 
         return run
+
+
+def _made_a_leaf(info: OutputAliasInfo) -> bool:
+    """A computed output that eager returns as a leaf requiring grad: a value without history (computed
+    under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
+    plain = info.computed_alias is None and not info.hidden_view
+    return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable
+
+
+def _without_made_leaf(info: OutputAliasInfo) -> OutputAliasInfo:
+    """``info`` as the graph computes it: a leaf made to require grad inside has no gradient there."""
+    return dataclasses.replace(info, requires_grad=False) if _made_a_leaf(info) else info
 
 
 def _unmutated(info: Any) -> Any:

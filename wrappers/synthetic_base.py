@@ -106,7 +106,8 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
 
     Taken from the base the members are views of (or the member that is that
     base), so gradients reach every element; from the first member only when
-    they have no common base.
+    they have no common base; from the one member requiring grad when that
+    base requires none (a view the function called ``requires_grad_()`` on).
     """
     if len({m.dtype for m in members}) > 1:
         raise UnsupportedMutationError(
@@ -115,6 +116,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
         )
     roots = {id(root): root for root in (m._base if m._base is not None else m for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
+    requiring_grad = [m for m in members if m.requires_grad]
+    if len(requiring_grad) == 1 and not source.requires_grad:
+        # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
+        source = requiring_grad[0]
     start, end = span
     return source.as_strided((end - start,), (1,), start)
 
