@@ -99,6 +99,9 @@ ABSOLUTE_OFFSET_OPS = frozenset(
         _aten.as_strided_copy.default,
         _aten.set_.source_Storage_storage_offset,
         _aten.set_.source_Storage,
+        # After ``t.set_(source)`` t sits at source's absolute offset: within one storage (inputs sharing
+        # it) the write-back must follow it there, not stay at t's own old region.
+        _aten.set_.source_Tensor,
     }
 )
 
