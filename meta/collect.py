@@ -108,7 +108,21 @@ ABSOLUTE_OFFSET_OPS = frozenset(
 # In-place view methods: they change a tensor's geometry, which autograd on fake tensors
 # does not carry into the view's replay function (see ``FreshViews``).
 _INPLACE_VIEW_METHODS = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+    {
+        "t_",
+        "transpose_",
+        "swapdims_",
+        "swapaxes_",
+        "unsqueeze_",
+        "squeeze_",
+        "as_strided_",
+        "resize_",
+        "resize_as_",
+        "set_",
+    }
+)
+_SET_OPS = frozenset(
+    {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
 # Methods that must act on the user's tensor object itself, never on a stand-in.
 _OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
@@ -140,6 +154,8 @@ class FreshViews(TorchFunctionMode):
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
+            return tensor
+        if storage_key(base) != storage_key(tensor):  # set_() moved it off its base's memory: no view of it
             return tensor
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
@@ -229,6 +245,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # replaying the op reproduces eager's storage sharing without autograd view tracking.
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
+        # The tensors the inputs are (views of): the caller's memory as autograd knows it.
+        self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
+        self.set_refusal: UnsupportedMutationError | None = None
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
         self._source_storages = set(self._alias_sources.values())
         # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
@@ -274,9 +293,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             initial_version = self._initial_version.get(storage_key(first))
             version = -1 if initial_version is None else first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
+        set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         out = func(*args, **kwargs)
+        if set_from is not None and first is not None:
+            self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
             self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
@@ -322,6 +344,25 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _refuse_set_of_input_with_history(
+        self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+    ) -> None:
+        """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
+        its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
+        new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
+        graph, where the input is a base of its own, cannot reproduce: refused unless nothing moved, or no
+        output has a gradient (``collect_meta`` decides, after the run)."""
+        if torch.is_grad_enabled() or not tensor.requires_grad or before == (storage_key(tensor), _geometry(tensor)):
+            return
+        root = tensor._base if tensor._base is not None else tensor
+        if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
+            self.set_refusal = UnsupportedMutationError(
+                f"{func} under no_grad moves an input requiring grad (or a view of one) to other memory "
+                f"(size {list(tensor.shape)}, stride {list(tensor.stride())}, offset {tensor.storage_offset()}): "
+                "eager's gradients of its later uses follow the caller's tensor in its new place, which the "
+                "compiled graph cannot reproduce; set_() a tensor that does not require grad, or copy_() instead"
+            )
 
     def _is_source(self, tensor: torch.Tensor) -> bool:
         return storage_key(tensor) in self._source_storages
@@ -486,6 +527,8 @@ def collect_meta(
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
             break
 
+    if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+        raise recorder.set_refusal
     fake_ids = {id(fake) for fake in fakes}
     written_through = {
         id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0])
@@ -685,6 +728,7 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
         if (
             "modified by an inplace operation" in message
             or "invalid gradient at index" in message
+            or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
             or (is_overlap_error(error))
         ):
             return str(error)
