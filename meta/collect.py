@@ -125,7 +125,24 @@ _SET_OPS = frozenset(
     {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
 # Methods that must act on the user's tensor object itself, never on a stand-in.
-_OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
+_OWN_OBJECT_METHODS = frozenset(
+    # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
+    {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
+    | {"untyped_storage", "size", "dim", "numel", "_is_view"}
+)
+
+
+class _MovedBySet(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Notes the tensors ``set_()`` gives other memory (``set_`` reaches no torch-function mode)."""
+
+    def __init__(self, moved: dict[int, torch.Tensor]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.moved = moved
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _SET_OPS and args and isinstance(args[0], torch.Tensor):
+            self.moved[id(args[0])] = args[0]
+        return func(*args, **(kwargs or {}))
 
 
 class FreshViews(TorchFunctionMode):
@@ -145,8 +162,25 @@ class FreshViews(TorchFunctionMode):
         # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
         self._changed: dict[int, torch.Tensor] = {}
         self._changed_bases: dict[int, torch.Tensor] = {}
+        # Tensors set_() gave other memory (kept alive with their ids).
+        self._moved: dict[int, torch.Tensor] = {}
         # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
         self._on_fresh = on_fresh
+
+    def __enter__(self) -> FreshViews:
+        self._noting = _MovedBySet(self._moved)
+        self._noting.__enter__()  # type: ignore[no-untyped-call]
+        try:
+            return super().__enter__()  # type: ignore[no-any-return,no-untyped-call]
+        except BaseException:
+            self._noting.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        finally:
+            self._noting.__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -155,7 +189,7 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
-        if storage_key(base) != storage_key(tensor):  # set_() moved it off its base's memory: no view of it
+        if id(tensor) in self._moved:  # set_() moved it to other memory: no view of its base any more
             return tensor
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
@@ -165,6 +199,8 @@ class FreshViews(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):  # a mode below called it again: ``set_.source_Tensor`` is ``set_``
+            name = func.overloadpacket.__name__
         # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
         # itself, never a stand-in.
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
