@@ -663,6 +663,10 @@ def collect_meta(
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
                 step = ViewStep(_aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
+                if out._base is None:
+                    # A tensor set_() moved onto the input's memory (or its .data): no view of it; under grad
+                    # mode eager's set_ leaves a history that cannot be differentiated, as the replay's does.
+                    step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
@@ -709,6 +713,15 @@ def collect_meta(
     return ViewAndMutationMeta(
         tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
     )
+
+
+def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """A new tensor ``set_()`` onto ``tensor``'s memory with this geometry, as eager's was: no view;
+    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative)."""
+    source = tensor.as_strided(size, stride, offset)
+    plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    plain.set_(source)  # type: ignore[call-overload]
+    return plain
 
 
 @contextlib.contextmanager
