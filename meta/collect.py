@@ -598,8 +598,8 @@ def collect_meta(
             geometry,
             recorder.writes,
             id(fake) in written_through,
-            storage_key(fake) in absolute,
-            recorder.reach.get(storage_key(fake), 0),
+            initial_storage[0] in absolute,  # its own memory: where set_() may have moved it is not the caller's
+            recorder.reach.get(initial_storage[0], 0),
             fake._version - version,
             fake.requires_grad and not requires_grad,
             initial_storage,
