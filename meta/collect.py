@@ -387,9 +387,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
         its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
         new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
-        graph, where the input is a base of its own, cannot reproduce: refused unless nothing moved, or no
-        output has a gradient (``collect_meta`` decides, after the run)."""
-        if torch.is_grad_enabled() or not tensor.requires_grad or before == (storage_key(tensor), _geometry(tensor)):
+        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, or
+        no output has a gradient (``collect_meta`` decides, after the run)."""
+        # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
+        if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
         if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:

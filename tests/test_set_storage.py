@@ -122,7 +122,47 @@ def _complex_leaf():
     return (torch.randn(3, 8, generator=_gen(), dtype=torch.complex64)[:, 1::3].detach().requires_grad_(),)
 
 
+# Under no_grad, set_ of an input requiring grad to other memory in the same geometry: gradients of
+# its later uses reach the input as before (its history is taken again in the same place).
+def _leaf_onto_other_same_geometry(a, b):
+    with torch.no_grad():
+        a.set_(b)
+    return a * 2, (a * b).sum()
+
+
+def _onto_own_clone_same_geometry(a):
+    with torch.no_grad():
+        a.set_(a.clone())
+    return (a * 3).sum(), a
+
+
+def _view_onto_other_after_use(a, b):
+    y = a * 2
+    with torch.no_grad():
+        a.set_(b.detach())
+    return y + a, a
+
+
 PROGRAMS = {
+    "leaf_onto_other_same_geometry": (
+        _leaf_onto_other_same_geometry,
+        lambda: (torch.randn(3, generator=_gen()).requires_grad_(), torch.randn(3, generator=_gen()).requires_grad_()),
+    ),
+    "leaf_onto_own_clone_same_geometry": (
+        _onto_own_clone_same_geometry,
+        lambda: (torch.randn(2, 3, generator=_gen()).requires_grad_(),),
+    ),
+    "non_leaf_onto_own_clone_same_geometry": (
+        _onto_own_clone_same_geometry,
+        lambda: (torch.randn(2, 3, generator=_gen()).requires_grad_() * 1,),
+    ),
+    "view_onto_other_after_use": (
+        _view_onto_other_after_use,
+        lambda: (
+            (torch.randn(6, generator=_gen()).requires_grad_() * 1)[0:3],
+            torch.randn(3, generator=_gen()).requires_grad_(),
+        ),
+    ),
     "set_onto_input_then_write": (_set_onto_input_then_write, _overlapping_int_inputs),
     "set_onto_clone_then_transpose": (
         _set_onto_clone_then_transpose,
