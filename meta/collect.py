@@ -283,7 +283,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
         # The tensors the inputs are (views of): the caller's memory as autograd knows it.
         self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
-        self.set_refusal: UnsupportedMutationError | None = None
+        # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
+        self.set_refusal: tuple[Any, torch.Tensor] | None = None
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
         self._source_storages = set(self._alias_sources.values())
         # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
@@ -394,12 +395,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return
         root = tensor._base if tensor._base is not None else tensor
         if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
-            self.set_refusal = UnsupportedMutationError(
-                f"{func} under no_grad moves an input requiring grad (or a view of one) to other memory "
-                f"(size {list(tensor.shape)}, stride {list(tensor.stride())}, offset {tensor.storage_offset()}): "
-                "eager's gradients of its later uses follow the caller's tensor in its new place, which the "
-                "compiled graph cannot reproduce; set_() a tensor that does not require grad, or copy_() instead"
-            )
+            self.set_refusal = (func, tensor)
 
     def _is_source(self, tensor: torch.Tensor) -> bool:
         return storage_key(tensor) in self._source_storages
@@ -565,7 +561,7 @@ def collect_meta(
             break
 
     if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
-        raise recorder.set_refusal
+        _refuse_set(*recorder.set_refusal, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
     written_through = {
         id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0])
@@ -665,8 +661,8 @@ def collect_meta(
                 base = input_storage[storage_key(out)]
                 step = ViewStep(_aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
                 if out._base is None:
-                    # A tensor set_() moved onto the input's memory (or its .data): no view of it; under grad
-                    # mode eager's set_ leaves a history that cannot be differentiated, as the replay's does.
+                    # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
+                    # set_ leaves a history that cannot be differentiated, as the replay's does.
                     step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
@@ -713,6 +709,22 @@ def collect_meta(
             backward_error = _eager_backward_error([fresh_views.fresh(out) for out in outs], fakes)
     return ViewAndMutationMeta(
         tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
+    )
+
+
+def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+    root = tensor._base if tensor._base is not None else tensor
+    which = [
+        f"input {i} ({name})"
+        for i, (fake, name) in enumerate(zip(fakes, names, strict=True))
+        if fake is tensor or (fake._base if fake._base is not None else fake) is root
+    ]
+    what = which[0] if id(tensor) in {id(f) for f in fakes} else f"a view of {' / '.join(which)}"
+    raise UnsupportedMutationError(
+        f"{func} under no_grad moves {what}, which requires grad, to another geometry (size "
+        f"{list(tensor.shape)}, stride {list(tensor.stride())}, offset {tensor.storage_offset()}): eager's gradients "
+        "of its later uses follow the caller's tensor into its new place, which the compiled graph cannot "
+        "reproduce; set_() a tensor that does not require grad, or copy_() the values instead"
     )
 
 
