@@ -331,6 +331,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             version = -1 if initial_version is None else first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
+        if func in (_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset):
+            raise UnsupportedMutationError(
+                f"{func}: set_() onto an UntypedStorage cannot be traced (a graph has no storage values); "
+                "set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, offset))"
+            )
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         out = func(*args, **kwargs)

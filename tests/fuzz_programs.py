@@ -731,7 +731,7 @@ class _Drawer:
             return None
         y = self.rng.choice(same)
         source = self.rng.choice([y, f"{y}.detach()", f"{y}.clone()"])
-        if self.rng.random() < 0.25:  # the storage form, at the source's place
+        if self.rng.random() < 0.1:  # the storage form (refused: a graph has no storage values)
             source = f"{y}.untyped_storage(), {y}.storage_offset(), {y}.shape, {y}.stride()"
         if self.rng.random() < 0.3:  # under grad mode: eager's history of it has no derivative
             return Step((f"{x}.set_({source})",), (), "set_")

@@ -239,3 +239,17 @@ def test_not_refused_without_gradients(name):
     fn, make = REFUSED[name]
     with torch.no_grad():
         check(fn, make, backward=False)
+
+
+def test_set_onto_storage_refused():
+    """``set_(storage, offset, size, stride)``: a graph has no storage values; refused, naming the op."""
+
+    def fn(a, b):
+        with torch.no_grad():
+            a.set_(b.untyped_storage(), 1, (2,), (1,))
+        return a * 2
+
+    args = (torch.zeros(3), torch.arange(4.0))
+    with pytest.raises(UnsupportedMutationError, match="source_Storage"):
+        aot.aot_function(fn, aot.nop)(*args)
+    assert args[0].shape == (3,) and args[0]._version == 0
