@@ -132,19 +132,6 @@ _OWN_OBJECT_METHODS = frozenset(
 )
 
 
-class _MovedBySet(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Notes the tensors ``set_()`` gives other memory (``set_`` reaches no torch-function mode)."""
-
-    def __init__(self, moved: dict[int, torch.Tensor]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.moved = moved
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func in _SET_OPS and args and isinstance(args[0], torch.Tensor):
-            self.moved[id(args[0])] = args[0]
-        return func(*args, **(kwargs or {}))
-
-
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -162,25 +149,8 @@ class FreshViews(TorchFunctionMode):
         # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
         self._changed: dict[int, torch.Tensor] = {}
         self._changed_bases: dict[int, torch.Tensor] = {}
-        # Tensors set_() gave other memory (kept alive with their ids).
-        self._moved: dict[int, torch.Tensor] = {}
         # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
         self._on_fresh = on_fresh
-
-    def __enter__(self) -> FreshViews:
-        self._noting = _MovedBySet(self._moved)
-        self._noting.__enter__()  # type: ignore[no-untyped-call]
-        try:
-            return super().__enter__()  # type: ignore[no-any-return,no-untyped-call]
-        except BaseException:
-            self._noting.__exit__(None, None, None)  # type: ignore[no-untyped-call]
-            raise
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            super().__exit__(*exc)  # type: ignore[no-untyped-call]
-        finally:
-            self._noting.__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -189,7 +159,7 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
-        if id(tensor) in self._moved:  # set_() moved it to other memory: no view of its base any more
+        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
             return tensor
         fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         if self._on_fresh is not None:
