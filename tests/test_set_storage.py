@@ -143,7 +143,20 @@ def _view_onto_other_after_use(a, b):
     return y + a, a
 
 
+# A geometry change recorded by autograd, then set_ onto its own detach() (same place): the gradient
+# goes through the view's history taken again from its base.
+def _as_strided_then_set_onto_own_detach(a0):
+    a0.as_strided_((3,), (1,), 2)
+    with torch.no_grad():
+        a0.set_(a0.detach())
+    return (sum(t.real.sum() for t in (a0,)),)
+
+
 PROGRAMS = {
+    "as_strided_then_set_onto_own_detach": (
+        _as_strided_then_set_onto_own_detach,
+        lambda: (torch.randn(5, generator=_gen()).requires_grad_() * 1,),
+    ),
     "leaf_onto_other_same_geometry": (
         _leaf_onto_other_same_geometry,
         lambda: (torch.randn(3, generator=_gen()).requires_grad_(), torch.randn(3, generator=_gen()).requires_grad_()),
