@@ -99,16 +99,37 @@ ABSOLUTE_OFFSET_OPS = frozenset(
         _aten.as_strided_copy.default,
         _aten.set_.source_Storage_storage_offset,
         _aten.set_.source_Storage,
+        # After ``t.set_(source)`` t sits at source's absolute offset: within one storage (inputs sharing
+        # it) the write-back must follow it there, not stay at t's own old region.
+        _aten.set_.source_Tensor,
     }
 )
 
 # In-place view methods: they change a tensor's geometry, which autograd on fake tensors
 # does not carry into the view's replay function (see ``FreshViews``).
 _INPLACE_VIEW_METHODS = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+    {
+        "t_",
+        "transpose_",
+        "swapdims_",
+        "swapaxes_",
+        "unsqueeze_",
+        "squeeze_",
+        "as_strided_",
+        "resize_",
+        "resize_as_",
+        "set_",
+    }
+)
+_SET_OPS = frozenset(
+    {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
 # Methods that must act on the user's tensor object itself, never on a stand-in.
-_OWN_OBJECT_METHODS = frozenset({"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__"})
+_OWN_OBJECT_METHODS = frozenset(
+    # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
+    {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
+    | {"untyped_storage", "size", "dim", "numel", "_is_view"}
+)
 
 
 # Tensor attributes that are views (``x.real`` is ``view_as_real`` then ``select``): read from a fresh view too.
@@ -153,6 +174,8 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
+        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
+            return tensor
         through = base
         for size, stride, offset in self._recorded.get(id(tensor), ()):
             through = through.as_strided(size, stride, offset)
@@ -164,6 +187,8 @@ class FreshViews(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):  # a mode below called it again: ``set_.source_Tensor`` is ``set_``
+            name = func.overloadpacket.__name__
         # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
         # itself, never a stand-in.
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
@@ -248,6 +273,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # replaying the op reproduces eager's storage sharing without autograd view tracking.
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
+        # The tensors the inputs are (views of): the caller's memory as autograd knows it.
+        self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
+        # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
+        self.set_refusal: tuple[Any, torch.Tensor] | None = None
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
         # The sources' version counters as last seen, and, per source, the clock of the last data write
         # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
@@ -312,9 +341,17 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             initial_version = self._initial_version.get(storage_key(first))
             version = -1 if initial_version is None else first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
+        set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
+        if func in (_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset):
+            raise UnsupportedMutationError(
+                f"{func}: set_() onto an UntypedStorage cannot be traced (a graph has no storage values); "
+                "set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, offset))"
+            )
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         out = func(*args, **kwargs)
+        if set_from is not None and first is not None:
+            self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
             self._note_storage_use(func, [out])
         metadata_only = torch.Tag.inplace_view in func.tags
@@ -362,6 +399,21 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _refuse_set_of_input_with_history(
+        self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+    ) -> None:
+        """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
+        its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
+        new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
+        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, or
+        no output has a gradient (``collect_meta`` decides, after the run)."""
+        # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
+        if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
+            return
+        root = tensor._base if tensor._base is not None else tensor
+        if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
+            self.set_refusal = (func, tensor)
 
     def _is_source(self, tensor: torch.Tensor) -> bool:
         return storage_key(tensor) in self._source_storages
@@ -538,6 +590,8 @@ def collect_meta(
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
             break
 
+    if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+        _refuse_set(*recorder.set_refusal, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
     written_through = {
         id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0])
@@ -571,8 +625,8 @@ def collect_meta(
             geometry,
             recorder.writes,
             id(fake) in written_through,
-            storage_key(fake) in absolute,
-            recorder.reach.get(storage_key(fake), 0),
+            initial_storage[0] in absolute,  # its own memory: where set_() may have moved it is not the caller's
+            recorder.reach.get(initial_storage[0], 0),
             fake._version - version,
             fake.requires_grad and not requires_grad,
             initial_storage,
@@ -632,6 +686,10 @@ def collect_meta(
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
                 step = ViewStep(_aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
+                if out._base is None:
+                    # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
+                    # set_ leaves a history that cannot be differentiated, as the replay's does.
+                    step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
@@ -683,6 +741,31 @@ def collect_meta(
     return ViewAndMutationMeta(
         tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
     )
+
+
+def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+    root = tensor._base if tensor._base is not None else tensor
+    which = [
+        f"input {i} ({name})"
+        for i, (fake, name) in enumerate(zip(fakes, names, strict=True))
+        if fake is tensor or (fake._base if fake._base is not None else fake) is root
+    ]
+    what = which[0] if id(tensor) in {id(f) for f in fakes} else f"a view of {' / '.join(which)}"
+    raise UnsupportedMutationError(
+        f"{func} under no_grad moves {what}, which requires grad, to another geometry (size "
+        f"{list(tensor.shape)}, stride {list(tensor.stride())}, offset {tensor.storage_offset()}): eager's gradients "
+        "of its later uses follow the caller's tensor into its new place, which the compiled graph cannot "
+        "reproduce; set_() a tensor that does not require grad, or copy_() the values instead"
+    )
+
+
+def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """A new tensor ``set_()`` onto ``tensor``'s memory with this geometry, as eager's was: no view;
+    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative)."""
+    source = tensor.as_strided(size, stride, offset)
+    plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    plain.set_(source)  # type: ignore[call-overload]
+    return plain
 
 
 @contextlib.contextmanager
@@ -738,6 +821,7 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
         if (
             "modified by an inplace operation" in message
             or "invalid gradient at index" in message
+            or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
             or (is_overlap_error(error))
         ):
             return str(error)

@@ -55,7 +55,9 @@ Steps:
   - ``resize_``: ``resize_``, shrinking or growing within the storage (eager allows it
     only on tensors that do not require grad; growing past the storage is not drawn:
     the new elements would be uninitialized memory, not comparable);
-  - ``set_``: ``x.set_(y)`` under ``no_grad`` (x an input or a value, y any same-dtype value);
+  - ``set_``: ``x.set_(y)`` (x an input or a value, y any same-dtype value, its ``detach()`` or
+    ``clone()``, or the storage form ``x.set_(y.untyped_storage(), offset, size, stride)``), mostly
+    under ``no_grad``, sometimes under grad mode;
   - ``requires_grad_``: ``requires_grad_()`` (or ``x.requires_grad = True``) inside the function;
   - ``grad_mode``: steps inside ``torch.no_grad()``, ``torch.enable_grad()`` and
     ``torch.set_grad_enabled(False)`` blocks;
@@ -754,6 +756,10 @@ class _Drawer:
             return None
         y = self.rng.choice(same)
         source = self.rng.choice([y, f"{y}.detach()", f"{y}.clone()"])
+        if self.rng.random() < 0.1:  # the storage form (refused: a graph has no storage values)
+            source = f"{y}.untyped_storage(), {y}.storage_offset(), {y}.shape, {y}.stride()"
+        if self.rng.random() < 0.3:  # under grad mode: eager's history of it has no derivative
+            return Step((f"{x}.set_({source})",), (), "set_")
         return Step(("with torch.no_grad():", f"    {x}.set_({source})"), (), "set_")
 
     def requires_grad_(self, values: dict[str, torch.Tensor]) -> Step | None:

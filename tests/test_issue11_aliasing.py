@@ -174,10 +174,7 @@ PROGRAMS = {
     "backward_mutates_grad_output": (lambda x: TriplesGradOutput.apply(x), lambda: (_leaf(3),)),
 }
 
-_SET = "set_ of an input onto a tensor made inside: the caller's tensor must take the new storage"
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("set_intermediate_onto_view", "training"): "set_ of an intermediate onto a view of one requiring grad",
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("name", params_with_known_wrong(PROGRAMS, KNOWN_WRONG, "training"))

@@ -1,0 +1,268 @@
+"""``Tensor.set_()`` compiled vs eager: the fuzzer's classes (seed 1), each as its smallest program.
+
+Eager's rules the programs pin down: after ``t.set_(source)`` the tensor ``t`` holds
+``source``'s memory and geometry but keeps its own autograd history (none, if it did
+not require grad; under grad mode set_'s, which has no derivative: backward raises);
+it sits at ``source``'s absolute offset, so a write through it lands there, also
+when both share the caller's storage. An input requiring grad that ``set_()`` moves
+under no_grad is refused: eager's later gradients follow the caller's tensor into
+its new place, which the graph cannot reproduce.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aot
+from aot.errors import UnsupportedMutationError
+from tests.oracle import check
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# set_ onto another input in the same storage, then a write through it: written back where it sits.
+def _set_onto_input_then_write(a0, a1):
+    with torch.no_grad():
+        a1.set_(a0.detach())
+    a1.add_(1)
+    return a1, sum(t.real.sum() for t in (a0, a1))
+
+
+def _overlapping_int_inputs():
+    s1 = torch.randint(-4, 5, (24,), generator=_gen())
+    return s1[1:13].view(4, 3).t(), s1[2:5]
+
+
+# set_ onto a clone, then an in-place view op: later reads see the clone in its new geometry.
+def _set_onto_clone_then_transpose(a0):
+    a0.set_(a0.clone())
+    a0.transpose_(0, -1)
+    return (sum(t.real.sum() for t in (a0,)),)
+
+
+# A view whose geometry changed in place, set_ onto a clone.
+def _view_restrided_then_set(a0, a1):
+    v0 = a0.transpose(0, -1)
+    v0.as_strided_((2, 1), (2, 2), 21)
+    v0.set_(a1.clone())
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _int_views():
+    s0 = torch.randint(-4, 5, (3, 8), generator=_gen())
+    s1 = torch.randint(-4, 5, (19,), generator=_gen())
+    return s0[:, ::2], s1[4:16].view(3, 4)
+
+
+# A metadata change, then set_ onto another input of the same storage.
+def _squeeze_then_set(a0, a1):
+    a1.squeeze_()
+    a1.set_(a0.detach())
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _two_views_of_one_storage(grad: bool):
+    def make():
+        l0 = torch.randn(19, generator=_gen()).requires_grad_(grad)
+        s0 = l0 * 1
+        return s0[0:12].view(3, 4), s0[7:19].view(3, 4)
+
+    return make
+
+
+# An as_strided_ of the input, set_ onto an inference tensor, a write through a detach() of that.
+def _as_strided_then_set_onto_inference(a0, a1):
+    a1.as_strided_((2, 1), (1, 1), 0)
+    a1.set_(a0)
+    a0.detach().mul_(a1)
+    return ()
+
+
+def _inference_and_expanded():
+    with torch.inference_mode():
+        i0 = torch.randn(3, 8, generator=_gen())[:, ::2]
+    return i0, torch.randn(1, 4, generator=_gen()).expand(2, 4)
+
+
+# An intermediate set_ onto the input: no view of it; its history is its own (none under no_grad).
+def _intermediate_onto_input(a0):
+    v0 = a0 * 2
+    v0.set_(a0)
+    return (v0,)
+
+
+# A write, set_ onto another input requiring grad under grad mode (backward raises as eager), then
+# a metadata change of a detach() alias.
+def _set_under_grad_mode(a0, a1):
+    a1.clamp_(min=-0.5)
+    a1.set_(a0)
+    a0.detach().as_strided_((2,), (1,), 2)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _non_leaf_view_and_plain():
+    l0 = torch.randn(12, generator=_gen()).requires_grad_()
+    return (l0 * 1)[5:9].view(2, 2), torch.randn(3, 3, generator=_gen()).t()
+
+
+# A leaf requiring grad squeezed, then (under no_grad) set_ onto a clone of its expansion.
+def _leaf_squeezed_then_set(a0):
+    with torch.no_grad():
+        a0.squeeze_()
+    v3 = a0.expand(2, 3, 3)
+    with torch.no_grad():
+        a0.set_(v3.clone())
+    return (sum(t.real.sum() for t in (a0, v3)),)
+
+
+def _complex_leaf():
+    return (torch.randn(3, 8, generator=_gen(), dtype=torch.complex64)[:, 1::3].detach().requires_grad_(),)
+
+
+# Under no_grad, set_ of an input requiring grad to other memory in the same geometry: gradients of
+# its later uses reach the input as before (its history is taken again in the same place).
+def _leaf_onto_other_same_geometry(a, b):
+    with torch.no_grad():
+        a.set_(b)
+    return a * 2, (a * b).sum()
+
+
+def _onto_own_clone_same_geometry(a):
+    with torch.no_grad():
+        a.set_(a.clone())
+    return (a * 3).sum(), a
+
+
+def _view_onto_other_after_use(a, b):
+    y = a * 2
+    with torch.no_grad():
+        a.set_(b.detach())
+    return y + a, a
+
+
+# A geometry change recorded by autograd, then set_ onto its own detach() (same place): the gradient
+# goes through the view's history taken again from its base.
+def _as_strided_then_set_onto_own_detach(a0):
+    a0.as_strided_((3,), (1,), 2)
+    with torch.no_grad():
+        a0.set_(a0.detach())
+    return (sum(t.real.sum() for t in (a0,)),)
+
+
+PROGRAMS = {
+    "as_strided_then_set_onto_own_detach": (
+        _as_strided_then_set_onto_own_detach,
+        lambda: (torch.randn(5, generator=_gen()).requires_grad_() * 1,),
+    ),
+    "leaf_onto_other_same_geometry": (
+        _leaf_onto_other_same_geometry,
+        lambda: (torch.randn(3, generator=_gen()).requires_grad_(), torch.randn(3, generator=_gen()).requires_grad_()),
+    ),
+    "leaf_onto_own_clone_same_geometry": (
+        _onto_own_clone_same_geometry,
+        lambda: (torch.randn(2, 3, generator=_gen()).requires_grad_(),),
+    ),
+    "non_leaf_onto_own_clone_same_geometry": (
+        _onto_own_clone_same_geometry,
+        lambda: (torch.randn(2, 3, generator=_gen()).requires_grad_() * 1,),
+    ),
+    "view_onto_other_after_use": (
+        _view_onto_other_after_use,
+        lambda: (
+            (torch.randn(6, generator=_gen()).requires_grad_() * 1)[0:3],
+            torch.randn(3, generator=_gen()).requires_grad_(),
+        ),
+    ),
+    "set_onto_input_then_write": (_set_onto_input_then_write, _overlapping_int_inputs),
+    "set_onto_clone_then_transpose": (
+        _set_onto_clone_then_transpose,
+        lambda: ((torch.randn(24, generator=_gen()).requires_grad_() * 1)[3:6].expand(2, 3),),
+    ),
+    "view_restrided_then_set": (_view_restrided_then_set, _int_views),
+    "squeeze_then_set": (_squeeze_then_set, _two_views_of_one_storage(True)),
+    "as_strided_then_set_onto_inference": (_as_strided_then_set_onto_inference, _inference_and_expanded),
+    "intermediate_onto_input": (
+        _intermediate_onto_input,
+        lambda: (torch.randn(2, 2, generator=_gen(), dtype=torch.complex64).requires_grad_(),),
+    ),
+    "set_under_grad_mode": (_set_under_grad_mode, _non_leaf_view_and_plain),
+}
+NO_GRAD_ONLY = {"leaf_squeezed_then_set": (_leaf_squeezed_then_set, _complex_leaf)}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_training(name):
+    fn, make = PROGRAMS[name]
+    check(fn, make)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS | NO_GRAD_ONLY))
+def test_no_grad(name):
+    fn, make = (PROGRAMS | NO_GRAD_ONLY)[name]
+    with torch.no_grad():
+        check(fn, make, backward=False)
+
+
+# Under no_grad, set_ of an input requiring grad to other memory: eager's later gradients follow the
+# caller's tensor (a view's taken again from its base at the new storage's offsets; a leaf's in its
+# new shape). Refused before anything is written.
+def _leaf_onto_other(a0, a1):
+    with torch.no_grad():
+        a1.set_(a0.detach())
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _view_onto_own_clone(a0):
+    with torch.no_grad():
+        a0.set_(a0.clone())
+    return (a0.sum(),)
+
+
+REFUSED = {
+    "leaf_onto_other_input": (
+        _leaf_onto_other,
+        lambda: (torch.randn(4, 1, generator=_gen()).requires_grad_(), torch.randn(3, 4).requires_grad_()),
+    ),
+    "offset_view_onto_own_clone": (
+        _view_onto_own_clone,
+        lambda: (torch.randn(10, generator=_gen()).requires_grad_()[5:10],),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_before_any_write(name):
+    fn, make = REFUSED[name]
+    args = make()
+    before = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
+    with pytest.raises(UnsupportedMutationError, match="set_"):
+        aot.aot_function(fn, aot.nop)(*args)
+    after = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
+    for (value, *geometry), (value_after, *geometry_after) in zip(before, after, strict=True):
+        assert geometry == geometry_after
+        torch.testing.assert_close(value, value_after)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_not_refused_without_gradients(name):
+    """Called under no_grad nothing is differentiated: the same programs run as eager."""
+    fn, make = REFUSED[name]
+    with torch.no_grad():
+        check(fn, make, backward=False)
+
+
+def test_set_onto_storage_refused():
+    """``set_(storage, offset, size, stride)``: a graph has no storage values; refused, naming the op."""
+
+    def fn(a, b):
+        with torch.no_grad():
+            a.set_(b.untyped_storage(), 1, (2,), (1,))
+        return a * 2
+
+    args = (torch.zeros(3), torch.arange(4.0))
+    with pytest.raises(UnsupportedMutationError, match="source_Storage"):
+        aot.aot_function(fn, aot.nop)(*args)
+    assert args[0].shape == (3,) and args[0]._version == 0
