@@ -40,10 +40,19 @@ import torch.fx as fx
 
 from aot.compile.partition import ancestors, is_random, is_tangent, output_values, split_joint
 
-__all__ = ["RECOMPUTABLE", "min_cut_rematerialization_partition", "node_bytes"]
+__all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
+
+# Reductions cheap to run again, unless they shrink their input more than 4x (then saving the result is cheap).
+REDUCTIONS: frozenset[Any] = frozenset(
+    {
+        aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.var, aten.std, aten.var_mean,
+        aten.any, aten.all, aten.argmax, aten.argmin, aten._grad_sum_to_size, aten.sum_to_size,
+        prims.sum, prims.var,
+    }
+)  # fmt: skip
 
 # Ops cheap to run again in the backward beyond the pointwise ones (``Tag.pointwise``) and views
 # (``OpOverload.is_view``), by packet: every overload of one is recomputable.
@@ -52,18 +61,15 @@ RECOMPUTABLE: frozenset[Any] = frozenset(
         # copies, reshapes, broadcasts, dtype casts
         aten.clone, aten._to_copy, aten.to, aten.type_as, aten.reshape, aten._unsafe_view, aten.expand,
         aten.broadcast_tensors, aten.lift_fresh_copy, aten.copy, prims.convert_element_type,
-        prims.broadcast_in_dim,
+        prims.broadcast_in_dim, prims.div,
         # constants and fills
         aten.full, aten.full_like, aten.zeros, aten.zeros_like, aten.ones, aten.ones_like, aten.empty,
         aten.empty_like, aten.empty_strided, aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty,
         aten.scalar_tensor, aten.arange, prims.iota, aten.triu, aten.tril,
         # indexing
         aten.index, aten.gather,
-        # cheap reductions (the 4x rule below keeps the ones that shrink their input much)
-        aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.var, aten.std, aten.var_mean,
-        aten.any, aten.all, aten.argmax, aten.argmin, aten._grad_sum_to_size, aten.sum_to_size,
-        prims.sum, prims.var, prims.div,
     }
+    | REDUCTIONS
 )  # fmt: skip
 
 INF = math.inf
@@ -123,6 +129,8 @@ def _is_recomputable(node: fx.Node) -> bool:
 
 def _shrinks(node: fx.Node) -> bool:
     """A reduction whose result is more than 4x smaller than its inputs: cheap to save, costly to recompute."""
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target.overloadpacket not in REDUCTIONS:
+        return False
     inputs = sum(node_bytes(arg) for arg in node.all_input_nodes)
     return 4 * node_bytes(node) < inputs
 
