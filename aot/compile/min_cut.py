@@ -32,13 +32,15 @@ import math
 import operator
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
 from aot.compile.partition import ancestors, is_random, is_tangent, output_values, split_joint
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
 
@@ -166,6 +168,8 @@ def min_cut_rematerialization_partition(
     # Bytes scaled so that a unit added to each view's weight only breaks ties: of two equal cuts,
     # the one saving a base rather than its view (the backward rebuilds the view for free).
     scale = len(graph.nodes) + 1
+    import networkx as nx  # here: importing it costs more than the rest of ``import aot``
+
     flow = nx.DiGraph()
     for node in graph.nodes:
         if node.op == "output":
@@ -217,7 +221,9 @@ def _closest_to_sink_cut(flow: nx.DiGraph) -> set[str]:
     """The sink side of the minimum cut with the smallest sink side: the vertices that still reach
     the sink in the residual graph of a maximum flow. (``nx.minimum_cut`` returns the other extreme,
     the one that recomputes the most.)"""
-    residual = nx.algorithms.flow.preflow_push(flow, "source", "sink")
+    from networkx.algorithms.flow import preflow_push
+
+    residual = preflow_push(flow, "source", "sink")
     if residual.graph["flow_value"] >= residual.graph["inf"]:
         raise RuntimeError("min-cut partition: no finite cut (a value the backward needs cannot be saved)")
     reaches = {"sink"}
