@@ -6,11 +6,14 @@ under the oracle, then both partitioners' saved bytes (the forward's saved outpu
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 import aot
 from aot.compile.descriptors import DESC, Saved
@@ -265,3 +268,81 @@ def test_inductor_backend_defaults_to_min_cut(monkeypatch):
     dynamo.aotfx_inductor(gm, [torch.randn(2)])
     dynamo.aotfx(gm, [torch.randn(2)])
     assert seen == [min_cut, None]  # aotfx (nop) keeps the default partitioner
+
+
+SMALL_PROGRAMS = {
+    "reductions": (
+        lambda x: (x.sum(), x.mean(0), x.amax(1), x.var(1), x.norm(), x.logsumexp(0), x.cumsum(1), x.prod(1)),
+        lambda: seeded((4, 5)),
+    ),
+    "broadcasting": (
+        lambda a, b, c: (a * b + c, (a - c).pow(2) / (b.abs() + 1)),
+        lambda: seeded((4, 1, 3), (5, 1), (3,)),
+    ),
+    "integer_and_bool_outputs": (
+        lambda x: (x.argmax(1), x > 0, (x * 2).sum(), x.to(torch.int32)),
+        lambda: seeded((4, 5)),
+    ),
+    "integer_inputs": (
+        lambda x, idx: (x.index_select(0, idx) * 2, idx + 1),
+        lambda: (seeded((5, 3))[0], torch.tensor([4, 0, 2])),
+    ),
+    "unused_input": (lambda x, unused: x * 2, lambda: seeded((3,), (3,))),
+    "copysign_zeros_grad": (torch.copysign, lambda: seeded((3,), (3,))),
+    "unsafe_split": (lambda x: torch.unsafe_split(x, 2), lambda: seeded((4, 3))),
+    "unsafe_chunk_of_intermediate": (lambda x: torch.unsafe_chunk(x * 2, 2), lambda: seeded((4, 3))),
+    "softmax_cross_entropy": (
+        lambda x, w, y: F.cross_entropy(F.gelu(x @ w).softmax(-1).log(), y),
+        lambda: (*seeded((6, 5), (5, 4)), torch.tensor([0, 1, 2, 3, 0, 1])),
+    ),
+    "where_masked_fill_index": (
+        lambda x, i: torch.where(x > 0, x.exp(), x.masked_fill(x < -1, 0.0))[i].tanh(),
+        lambda: (seeded((5, 4))[0], torch.tensor([3, 1, 1])),
+    ),
+    "layer_norm_softmax": (
+        lambda x, w, b: (lambda y: (y.softmax(-1), y.log_softmax(0)))(F.layer_norm(x, (x.shape[-1],), w, b)),
+        lambda: seeded((5, 7), (7,), (7,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_PROGRAMS))
+def test_small_programs(name):
+    fn, make = SMALL_PROGRAMS[name]
+    run_both(fn, make)
+
+
+@pytest.mark.parametrize("name", list(test_programs.MODULE_ZOO))
+def test_torch_nn_modules(name):
+    make_module, make_args = test_programs.MODULE_ZOO[name]
+    torch.manual_seed(0)
+    model = make_module()
+    reference = copy.deepcopy(model)
+    compiled = aot.aot_module(model, aot.nop, partition_fn=min_cut)
+    torch.manual_seed(1)
+    args = make_args()
+    outs = [t for t in tree_leaves(compiled(*args)) if isinstance(t, torch.Tensor)]
+    expected = [t for t in tree_leaves(reference(*args)) if isinstance(t, torch.Tensor)]
+    for out, exp in zip(outs, expected, strict=True):
+        assert_close(out, exp, model=True)
+    sum(t.sum() for t in outs if t.requires_grad).backward()
+    sum(t.sum() for t in expected if t.requires_grad).backward()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        assert_close(p.grad, q.grad, model=True, grad=True)
+
+
+def test_non_contiguous_and_expanded_tangents():
+    def f(x):
+        return x.sin() * 2, x.cos()
+
+    compiled = aot.aot_function(f, aot.nop, partition_fn=min_cut)
+    x = seeded((4, 6))[0]
+    a, b = compiled(x)
+    grad_a = torch.randn(6, 4).t()
+    grad_b = torch.randn(1, 6).expand(4, 6)
+    torch.autograd.backward([a, b], [grad_a, grad_b])
+    compiled_grad = x.grad.clone()
+    x.grad = None
+    ea, eb = f(x)
+    torch.autograd.backward([ea, eb], [grad_a, grad_b])
+    assert_close(compiled_grad, x.grad, grad=True)
