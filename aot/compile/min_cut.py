@@ -206,7 +206,45 @@ def min_cut_rematerialization_partition(
         node for node in placeholders if node not in tangents
     }
     backward_nodes = ancestors(grads, stop=set(saved)) | set(tangents)
-    return split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+    forward, backward = split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+    _recompute_where_used(backward)
+    return forward, backward
+
+
+def _recompute_where_used(backward: fx.GraphModule) -> None:
+    """Move each recomputed value (one not computed from a tangent) to just before its first use,
+    so that recomputed values live while the gradient needing them is computed, not all at once
+    from the start of the backward."""
+    graph = backward.graph
+    from_tangents = {node for node in graph.nodes if node.op == "placeholder" and is_tangent(node)}
+    for node in graph.nodes:
+        if any(arg in from_tangents for arg in node.all_input_nodes):
+            from_tangents.add(node)
+    placed: set[fx.Node] = {node for node in graph.nodes if node.op == "placeholder"}
+    order: list[fx.Node] = []
+    for anchor in graph.nodes:
+        if anchor not in from_tangents and anchor.op != "output":
+            continue
+        stack = [(anchor, False)]
+        while stack:  # inputs before users, each node once
+            node, inputs_placed = stack.pop()
+            if node in placed:
+                continue
+            if inputs_placed:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in reversed(node.all_input_nodes) if arg not in placed)
+    output = graph.output_node()
+    order.remove(output)
+    order += [node for node in graph.nodes if node not in placed]  # an effect nothing reads: kept, last
+    if order == [node for node in graph.nodes if node.op not in ("placeholder", "output")]:
+        return
+    for node in order:  # the same nodes, each moved before the output in its new place
+        output.prepend(node)
+    graph.lint()
+    backward.recompile()
 
 
 def _in(node: fx.Node) -> str:
