@@ -236,8 +236,10 @@ def run_table(quick: bool, table_name: str, decompositions: Any) -> None:
         row = [model.name]
         for impl in IMPLS:
             saved, seconds, grads = compile_and_measure(impl, model, decompositions)
+            # Relative to each gradient's largest entry: a decomposed layer norm or softmax sums in
+            # another order, and elementwise tolerances fail on the near-zero entries of large gradients.
             ok = len(grads) == len(expected) and all(
-                torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(grads, expected, strict=True)
+                (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-6 for a, b in zip(grads, expected, strict=True)
             )
             row.append(f"{saved:,}" + ("" if ok else " (GRADS WRONG)"))
             print(f"[{model.name}] {impl}: {saved:,} B, compile+step {seconds:.1f} s", flush=True)
