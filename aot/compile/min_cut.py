@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aot.compile.partition import ancestors, is_random, is_tangent, output_values, split_joint
 
@@ -124,6 +125,8 @@ def _is_recomputable(node: fx.Node) -> bool:
         return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, int, bool))
     if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
         return False
+    if free_unbacked_symbols(node.meta.get("val")):
+        return False  # a data-dependent size (nonzero, a boolean mask's index): run again, it is a new size
     if target.is_view or torch.Tag.pointwise in target.tags or target.overloadpacket in RECOMPUTABLE:
         return True
     return target is aten.sym_size.int or target is aten.sym_numel.default or target is aten.sym_stride.int
