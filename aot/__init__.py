@@ -8,6 +8,7 @@ the eager function.
 from aot import inspect, logs  # logs: AOTFX_LOGS takes effect on import
 from aot.api import AOTFunction, AOTModule, aot_export_joint, aot_function, aot_module, aot_module_simplified
 from aot.backends import boxed_nop, eager, make_boxed_func, nop
+from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.compile.partition import default_partition
 
 __version__ = "0.1.0"
@@ -25,5 +26,6 @@ __all__ = [
     "inspect",
     "logs",
     "make_boxed_func",
+    "min_cut_rematerialization_partition",
     "nop",
 ]

@@ -15,6 +15,7 @@ import torch.fx as fx
 
 from aot.api import aot_module_simplified
 from aot.backends import inductor, inductor_decompositions, nop
+from aot.compile.min_cut import min_cut_rematerialization_partition
 
 __all__ = ["aotfx", "aotfx_inductor", "make_backend"]
 
@@ -56,4 +57,7 @@ def make_backend(
 
 # ``torch.compile(model, backend="aotfx")``, registered through the ``torch_dynamo_backends`` entry point.
 aotfx = make_backend(nop)
-aotfx_inductor = make_backend(inductor, decompositions=inductor_decompositions)
+# With a fusing compiler, recomputing cheap ops in the backward costs little time and saves memory.
+aotfx_inductor = make_backend(
+    inductor, decompositions=inductor_decompositions, partition_fn=min_cut_rematerialization_partition
+)

@@ -5,6 +5,7 @@
   (:mod:`~aot.compile.source_lines` records the user line of each op);
 - :mod:`~aot.compile.functionalize`: remove every mutation and alias from a graph;
 - :mod:`~aot.compile.partition`: split the joint graph into forward and backward;
+  :mod:`~aot.compile.min_cut` does it saving the fewest bytes (recomputing cheap ops);
 - :mod:`~aot.compile.core`: trace, partition, hand graphs to the backend compilers;
 - :mod:`~aot.compile.autograd`: the ``autograd.Function`` that runs them;
 - :mod:`~aot.compile.descriptors`: which input or output each graph value is;

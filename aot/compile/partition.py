@@ -18,7 +18,15 @@ import torch.fx as fx
 
 from aot.compile.descriptors import DESC, Saved, Tangent
 
-__all__ = ["default_partition", "output_values", "saved_values"]
+__all__ = [
+    "ancestors",
+    "default_partition",
+    "is_random",
+    "is_tangent",
+    "output_values",
+    "saved_values",
+    "split_joint",
+]
 
 
 def output_values(gm: fx.GraphModule) -> list[Any]:
@@ -26,12 +34,12 @@ def output_values(gm: fx.GraphModule) -> list[Any]:
     return list(cast(Sequence[Any], gm.graph.output_node().args[0]))
 
 
-def _is_tangent(node: fx.Node) -> bool:
+def is_tangent(node: fx.Node) -> bool:
     desc = node.meta.get(DESC)
     return isinstance(desc, Tangent) if desc is not None else node.name.startswith("tangents")
 
 
-def _ancestors(roots: Iterable[Any], stop: set[fx.Node] | None = None) -> set[fx.Node]:
+def ancestors(roots: Iterable[Any], stop: set[fx.Node] | None = None) -> set[fx.Node]:
     seen: set[fx.Node] = set()
     stack = [root for root in roots if isinstance(root, fx.Node)]
     while stack:
@@ -43,7 +51,7 @@ def _ancestors(roots: Iterable[Any], stop: set[fx.Node] | None = None) -> set[fx
     return seen
 
 
-def _is_random(node: fx.Node) -> bool:
+def is_random(node: fx.Node) -> bool:
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
@@ -62,8 +70,8 @@ def default_partition(
     """
     graph = joint_module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    primals = [node for node in placeholders if not _is_tangent(node)]
-    tangents = [node for node in placeholders if _is_tangent(node)]
+    primals = [node for node in placeholders if not is_tangent(node)]
+    tangents = [node for node in placeholders if is_tangent(node)]
     outputs = output_values(joint_module)
     fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
 
@@ -71,9 +79,9 @@ def default_partition(
     for node in graph.nodes:
         if any(arg in tangent_dependent for arg in node.all_input_nodes):
             tangent_dependent.add(node)
-    random_in_backward = [n for n in _ancestors(grads) if _is_random(n) and n not in tangent_dependent]
-    forward_nodes = _ancestors([*fwd_outputs, *random_in_backward]) | set(primals)
-    backward_nodes = _ancestors(grads, stop=forward_nodes) | set(tangents)
+    random_in_backward = [n for n in ancestors(grads) if is_random(n) and n not in tangent_dependent]
+    forward_nodes = ancestors([*fwd_outputs, *random_in_backward]) | set(primals)
+    backward_nodes = ancestors(grads, stop=forward_nodes) | set(tangents)
     # A multi-output op cannot be saved as a tuple: its projections run in the forward instead.
     projections = {n for n in backward_nodes if n.target is operator.getitem and n.args[0] in forward_nodes}
     forward_nodes |= projections
@@ -87,13 +95,35 @@ def default_partition(
         if node in forward_nodes
         and (node in returned_by_backward or any(user in backward_nodes for user in node.users))
     ]
+    return split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+
+
+def split_joint(
+    joint_module: fx.GraphModule,
+    num_fwd_outputs: int,
+    forward_nodes: set[fx.Node],
+    backward_nodes: set[fx.Node],
+    saved: list[fx.Node],
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The forward (``forward_nodes``, returning the outputs then ``saved``) and the backward
+    (``backward_nodes``, taking ``saved`` then the tangents), with their descriptors set.
+
+    A node in both sets is computed in both graphs (recomputed in the backward).
+    """
+    graph = joint_module.graph
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    primals = [node for node in placeholders if not is_tangent(node)]
+    tangents = [node for node in placeholders if is_tangent(node)]
+    outputs = output_values(joint_module)
+    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
     forward = _extract(joint_module, primals, forward_nodes, [*fwd_outputs, *saved])
     backward = _extract(joint_module, [*saved, *tangents], backward_nodes, grads)
     forward_output = forward.graph.output_node()
     output_descs = list(graph.output_node().meta.get(DESC, []))[:num_fwd_outputs]
     forward_output.meta[DESC] = output_descs + [Saved(node.name) for node in saved]
+    saved_names = {node.name for node in saved}
     for node in backward.graph.nodes:
-        if node.op == "placeholder" and node.name in {s.name for s in saved}:
+        if node.op == "placeholder" and node.name in saved_names:
             node.meta[DESC] = Saved(node.name)
     backward.graph.output_node().meta[DESC] = list(graph.output_node().meta.get(DESC, []))[num_fwd_outputs:]
     return forward, backward

@@ -1,0 +1,282 @@
+"""Split a joint graph, saving the fewest bytes: a minimum cut, recomputing cheap ops in the backward.
+
+The default partitioner saves every forward value the backward reads. Many of
+those are cheap to compute again from values saved anyway (``gelu(x)`` from
+``x``, a mask from a comparison, a transpose), and some are not worth keeping
+at all (a 200-op pointwise chain needs only its input). This partitioner
+picks the saved set as a minimum cut of the joint graph's data flow, each value
+weighted by its bytes (from its fake ``meta["val"]``):
+
+- every node ``n`` is an edge ``n_in -> n_out`` of capacity "bytes of n"
+  (infinite for a tuple, which cannot be saved as one value); each use is an
+  edge ``n_out -> user_in`` of infinite capacity;
+- what the backward must compute (nodes reading a tangent) hangs off the sink,
+  and so does each gradient output;
+- what the backward may not recompute hangs off the source: the primals, random
+  ops (a second draw would differ), and every op the forward needs that is not
+  cheap and safe to run again (matmuls, convolutions, anything not in
+  :data:`RECOMPUTABLE`, reductions that shrink their input more than 4x);
+- a cut edge ``n_in -> n_out`` is a saved value; the backward recomputes whatever
+  lies between the saved values and the gradients.
+
+Values the forward does not need (a weight's transpose read only by the
+backward) may go either way, as in the default partitioner; so the default's
+saved set is always one of the cuts considered, and this one never saves more
+bytes. Among the cuts of least bytes, the one closest to the backward is taken
+(the least recomputation).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+from aot.compile.partition import ancestors, is_random, is_tangent, output_values, split_joint
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# Reductions cheap to run again, unless they shrink their input more than 4x (then saving the result is cheap).
+REDUCTIONS: frozenset[Any] = frozenset(
+    {
+        aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.var, aten.std, aten.var_mean,
+        aten.any, aten.all, aten.argmax, aten.argmin, aten._grad_sum_to_size, aten.sum_to_size,
+        prims.sum, prims.var,
+    }
+)  # fmt: skip
+
+# Ops cheap to run again in the backward beyond the pointwise ones (``Tag.pointwise``) and views
+# (``OpOverload.is_view``), by packet: every overload of one is recomputable.
+RECOMPUTABLE: frozenset[Any] = frozenset(
+    {
+        # copies, reshapes, broadcasts, dtype casts
+        aten.clone, aten._to_copy, aten.to, aten.type_as, aten.reshape, aten._unsafe_view, aten.expand,
+        aten.broadcast_tensors, aten.lift_fresh_copy, aten.copy, prims.convert_element_type,
+        prims.broadcast_in_dim, prims.div,
+        # constants and fills
+        aten.full, aten.full_like, aten.zeros, aten.zeros_like, aten.ones, aten.ones_like, aten.empty,
+        aten.empty_like, aten.empty_strided, aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty,
+        aten.scalar_tensor, aten.arange, prims.iota, aten.triu, aten.tril,
+        # indexing
+        aten.index, aten.gather,
+    }
+    | REDUCTIONS
+)  # fmt: skip
+
+INF = math.inf
+
+
+def node_bytes(node: fx.Node) -> float:
+    """Bytes of saving ``node``'s value: a tensor's ``numel * itemsize``, 1 for a symbolic
+    int, infinite for what cannot be saved as one value (a tuple of tensors)."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return _hint(val.numel()) * val.element_size()
+    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool)):
+        return 1
+    if val is None and not node.users:
+        return 0
+    return INF
+
+
+def _capacity(node: fx.Node, scale: int) -> float:
+    weight = node_bytes(node)
+    if weight == INF:
+        return INF
+    is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+    return int(weight) * scale + int(is_view)
+
+
+def _hint(size: int | torch.SymInt) -> int:
+    if isinstance(size, int):
+        return size
+    hint = size.node.hint
+    if hint is None:
+        try:
+            hint = size.node.shape_env.size_hint(size.node.expr)
+        except Exception:  # an unbacked size: any guess will do for a weight
+            hint = 4096
+    return int(hint)
+
+
+def _is_recomputable(node: fx.Node) -> bool:
+    """Cheap and safe to run again: pointwise, a view, or in :data:`RECOMPUTABLE`; never random or mutating."""
+    if node.op == "get_attr":
+        return True  # a constant of the module: reading it again is free
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        # symbolic-shape arithmetic (operator.mul on SymInts, sym_size): recomputing is free
+        return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, int, bool))
+    if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+        return False
+    if free_unbacked_symbols(node.meta.get("val")):
+        return False  # a data-dependent size (nonzero, a boolean mask's index): run again, it is a new size
+    if target.is_view or torch.Tag.pointwise in target.tags or target.overloadpacket in RECOMPUTABLE:
+        return True
+    return target is aten.sym_size.int or target is aten.sym_numel.default or target is aten.sym_stride.int
+
+
+def _shrinks(node: fx.Node) -> bool:
+    """A reduction whose result is more than 4x smaller than its inputs: cheap to save, costly to recompute."""
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target.overloadpacket not in REDUCTIONS:
+        return False
+    inputs = sum(node_bytes(arg) for arg in node.all_input_nodes)
+    return 4 * node_bytes(node) < inputs
+
+
+def min_cut_rematerialization_partition(
+    joint_module: fx.GraphModule,
+    _joint_inputs: Any = None,
+    *,
+    num_fwd_outputs: int,
+    **_ignored: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward graphs of ``joint_module`` saving a minimum-byte set of values.
+
+    torch's name and signature (extra keyword arguments such as ``compiler`` are accepted and
+    ignored), so code written for ``torch._functorch.partitioners`` ports unchanged. Returns
+    ``(forward, backward)`` as :func:`~aot.compile.partition.default_partition` does: the
+    forward returns its outputs then the saved values, the backward takes the saved values
+    then the tangents. Random ops stay in the forward (the backward reads their draw).
+    """
+    graph = joint_module.graph
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    tangents = [node for node in placeholders if is_tangent(node)]
+    outputs = output_values(joint_module)
+    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
+
+    tangent_dependent = set(tangents)
+    for node in graph.nodes:
+        if any(arg in tangent_dependent for arg in node.all_input_nodes):
+            tangent_dependent.add(node)
+    random_in_backward = [n for n in ancestors(grads) if is_random(n) and n not in tangent_dependent]
+    required_forward = ancestors([*fwd_outputs, *random_in_backward])
+
+    # Bytes scaled so that a unit added to each view's weight only breaks ties: of two equal cuts,
+    # the one saving a base rather than its view (the backward rebuilds the view for free).
+    scale = len(graph.nodes) + 1
+    import networkx as nx  # here: importing it costs more than the rest of ``import aot``
+
+    flow = nx.DiGraph()
+    for node in graph.nodes:
+        if node.op == "output":
+            continue
+        if node in tangent_dependent:
+            flow.add_edge(_in(node), "sink", capacity=INF)
+            continue
+        pinned = (
+            node.op == "placeholder"
+            or is_random(node)
+            or (node in required_forward and not (_is_recomputable(node) and not _shrinks(node)))
+        )
+        if pinned:
+            flow.add_edge("source", _in(node), capacity=INF)
+        flow.add_edge(_in(node), _out(node), capacity=_capacity(node, scale))
+        for user in node.users:
+            if user.op != "output":
+                flow.add_edge(_out(node), _in(user), capacity=INF)
+    for grad in grads:
+        if isinstance(grad, fx.Node) and grad not in tangent_dependent:
+            flow.add_edge(_out(grad), "sink", capacity=INF)  # a gradient computed without tangents
+    flow.add_nodes_from(["source", "sink"])
+
+    reaches_sink = _closest_to_sink_cut(flow)
+    saved = [
+        node
+        for node in graph.nodes
+        if node.op != "output"
+        and node not in tangent_dependent
+        and _in(node) not in reaches_sink
+        and _out(node) in reaches_sink
+    ]
+    forward_nodes = ancestors([*fwd_outputs, *saved, *random_in_backward]) | {
+        node for node in placeholders if node not in tangents
+    }
+    backward_nodes = ancestors(grads, stop=set(saved)) | set(tangents)
+    forward, backward = split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+    _recompute_where_used(backward)
+    return forward, backward
+
+
+def _recompute_where_used(backward: fx.GraphModule) -> None:
+    """Move each recomputed value (one not computed from a tangent) to just before its first use,
+    so that recomputed values live while the gradient needing them is computed, not all at once
+    from the start of the backward."""
+    graph = backward.graph
+    from_tangents = {node for node in graph.nodes if node.op == "placeholder" and is_tangent(node)}
+    for node in graph.nodes:
+        if any(arg in from_tangents for arg in node.all_input_nodes):
+            from_tangents.add(node)
+    placed: set[fx.Node] = {node for node in graph.nodes if node.op == "placeholder"}
+    order: list[fx.Node] = []
+    for anchor in graph.nodes:
+        if anchor not in from_tangents and anchor.op != "output":
+            continue
+        stack = [(anchor, False)]
+        while stack:  # inputs before users, each node once
+            node, inputs_placed = stack.pop()
+            if node in placed:
+                continue
+            if inputs_placed:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in reversed(node.all_input_nodes) if arg not in placed)
+    output = graph.output_node()
+    order.remove(output)
+    order += [node for node in graph.nodes if node not in placed]  # an effect nothing reads: kept, last
+    if order == [node for node in graph.nodes if node.op not in ("placeholder", "output")]:
+        return
+    for node in order:  # the same nodes, each moved before the output in its new place
+        output.prepend(node)
+    graph.lint()
+    backward.recompile()
+
+
+def _in(node: fx.Node) -> str:
+    return node.name + "_in"
+
+
+def _out(node: fx.Node) -> str:
+    return node.name + "_out"
+
+
+def _closest_to_sink_cut(flow: nx.DiGraph) -> set[str]:
+    """The sink side of the minimum cut with the smallest sink side: the vertices that still reach
+    the sink in the residual graph of a maximum flow. (``nx.minimum_cut`` returns the other extreme,
+    the one that recomputes the most.)"""
+    from networkx.algorithms.flow import preflow_push
+
+    residual = preflow_push(flow, "source", "sink")
+    if residual.graph["flow_value"] >= residual.graph["inf"]:
+        raise RuntimeError("min-cut partition: no finite cut (a value the backward needs cannot be saved)")
+    reaches = {"sink"}
+    queue = deque(["sink"])
+    while queue:
+        vertex = queue.popleft()
+        for pred, _, attrs in _edges_into(residual, vertex):
+            if pred not in reaches and attrs["capacity"] - attrs["flow"] > 0:
+                reaches.add(pred)
+                queue.append(pred)
+    return reaches
+
+
+def _edges_into(residual: nx.DiGraph, vertex: str) -> Iterable[tuple[str, str, dict[str, Any]]]:
+    return residual.in_edges(vertex, data=True)  # type: ignore[no-any-return]
