@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import stat
 import subprocess
 import sys
@@ -337,3 +338,17 @@ def test_cli_cache_info_and_clear(tmp_path, capsys):
     assert main(["cache", "clear", "--dir", str(tmp_path)]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
     assert _entries(tmp_path) == []
+
+
+def test_keys_change_with_the_package_source(tmp_path):
+    # A partitioner's helper or a functionalization rule edited: persisted compiles of the old code
+    # are not reused (a function's own code hash misses edits in what it calls).
+    assert keys.package_source_hash() in KeyContext.of({}, default_partition).versions
+    root = pathlib.Path(keys.__file__).resolve().parents[2]
+    for package in ("aot", "meta", "wrappers"):
+        shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = keys.source_hash(tmp_path)
+    assert before == keys.package_source_hash()
+    edited = tmp_path / "aot" / "compile" / "min_cut.py"
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    assert keys.source_hash(tmp_path) != before

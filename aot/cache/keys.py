@@ -30,10 +30,12 @@ they compile (see :data:`BUILTIN_SERIALIZERS`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import math
 import os
+import pathlib
 import pickle
 import sys
 import threading
@@ -134,6 +136,22 @@ def function_identity(fn: Any) -> Identity:
     return Identity(f"obj:{type(fn).__qualname__}:{qualname}@{id(fn):x}", False)
 
 
+@functools.cache
+def package_source_hash() -> str:
+    """A hash of aotfx's own source as installed: an edit anywhere in it (a partitioner's helper, a
+    functionalization rule) must not reuse a compile persisted before it."""
+    return source_hash(pathlib.Path(__file__).resolve().parents[2])
+
+
+def source_hash(root: pathlib.Path) -> str:
+    """A hash of the ``aot/``, ``meta/`` and ``wrappers/`` sources under ``root``."""
+    digest = hashlib.sha256()
+    for package in ("aot", "meta", "wrappers"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class KeyContext:
     """What besides the graph decides a compiled result: decompositions, partitioner, versions."""
@@ -156,8 +174,8 @@ class KeyContext:
         unstable += [] if partitioner.stable else [partition_fn]
         aot_module = sys.modules.get("aot")
         versions = (
-            f"torch {torch.__version__}; aotfx {getattr(aot_module, '__version__', '?')}; "
-            f"python {sys.version_info.major}.{sys.version_info.minor}"
+            f"torch {torch.__version__}; aotfx {getattr(aot_module, '__version__', '?')} "
+            f"({package_source_hash()}); python {sys.version_info.major}.{sys.version_info.minor}"
         )
         return KeyContext(
             decompositions=tuple(f"{op}={ident.text}" for op, ident in decomps),
