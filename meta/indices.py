@@ -40,7 +40,6 @@ IntermediateBase = NewType("IntermediateBase", int)
 
 K = TypeVar("K", bound=int)
 V = TypeVar("V")
-K2 = TypeVar("K2", bound=int)
 
 
 class IndexMap(Generic[K, V]):
@@ -88,19 +87,3 @@ class IndexMap(Generic[K, V]):
 
     def items(self) -> Iterable[tuple[K, V]]:
         return self._items.items()
-
-    def inverse(self: IndexMap[K, K2]) -> IndexMap[K2, K]:
-        """The inverse of an injective map; raises ``ValueError`` if two keys share a value."""
-        inverted: dict[K2, K] = {}
-        for key, value in self._items.items():
-            if value in inverted:
-                raise ValueError(f"IndexMap is not injective: {inverted[value]} and {key} both map to {value}")
-            inverted[value] = key
-        return IndexMap(inverted)
-
-    def groups(self: IndexMap[K, K2]) -> IndexMap[K2, tuple[K, ...]]:
-        """Invert a many-to-one map: each value to the keys that map to it, in key order."""
-        grouped: dict[K2, list[K]] = {}
-        for key, value in self._items.items():
-            grouped.setdefault(value, []).append(key)
-        return IndexMap({value: tuple(keys) for value, keys in grouped.items()})

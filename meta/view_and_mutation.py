@@ -327,10 +327,6 @@ class ViewAndMutationMeta:
         return len(self.intermediate_bases)
 
     @cached_property
-    def mutated_inputs(self) -> tuple[UserArg, ...]:
-        return tuple(UserArg(i) for i, info in enumerate(self.input_info) if info.mutates)
-
-    @cached_property
     def traced_tangents(self) -> tuple[UserOut, ...]:
         """Outputs computed by the graph that take a tangent in the backward."""
         return tuple(

@@ -152,8 +152,15 @@ class SyntheticBase:
         self._clusters: list[_Cluster] = []
         self._plain: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
-        # inner index -> the outer inputs it stands for
-        self.to_outer: IndexMap[BaseArg, tuple[UserArg, ...]] = IndexMap()
+
+    @property
+    def to_outer(self) -> IndexMap[BaseArg, tuple[UserArg, ...]]:
+        """Each inner input -> the outer inputs it stands for: the plain ones, then one base per cluster."""
+        if not self._clusters:
+            return IndexMap()
+        plain = [(BaseArg(i), (arg,)) for i, arg in enumerate(self._plain)]
+        based = [(BaseArg(len(self._plain) + k), c.members) for k, c in enumerate(self._clusters)]
+        return IndexMap(plain + based)
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
@@ -168,10 +175,6 @@ class SyntheticBase:
         in_cluster = {m for cluster in clusters for m in cluster.members}
         plain = tuple(UserArg(i) for i in range(len(args)) if UserArg(i) not in in_cluster)
         self._plain = plain
-        self.to_outer = IndexMap(
-            [(BaseArg(i), (arg,)) for i, arg in enumerate(plain)]
-            + [(BaseArg(len(plain) + k), cluster.members) for k, cluster in enumerate(clusters)]
-        )
         split = OutputSplit.of(meta, lambda info: info.base_input in in_cluster)
         self._split = split
         spans = [_span([args[m] for m in c.members], [meta.input_info[m] for m in c.members]) for c in clusters]
