@@ -593,11 +593,13 @@ def collect_meta(
     if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
         _refuse_set(*recorder.set_refusal, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
-    written_through = {
-        id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0])
+    # Each data write's root: the input it went through (its memory outside the input's elements too).
+    write_roots = [
+        (w, id(recorder.chain_to_root(w.tensor, lambda t: id(t) in fake_ids)[0]))
         for w in recorder.writes
         if not w.metadata_only
-    }
+    ]
+    written_through = {root for _, root in write_roots}
     input_position: dict[int, UserArg] = {}
     input_storage: dict[int, UserArg] = {}
     for i, fake in enumerate(fakes):
@@ -624,6 +626,7 @@ def collect_meta(
             fake,
             geometry,
             recorder.writes,
+            [w for w, root in write_roots if root == id(fake)],
             id(fake) in written_through,
             initial_storage[0] in absolute,  # its own memory: where set_() may have moved it is not the caller's
             recorder.reach.get(initial_storage[0], 0),
@@ -834,6 +837,7 @@ def _input_info(
     fake: torch.Tensor,
     initial_geometry: tuple[tuple[int, ...], tuple[int, ...], int],
     writes: list[_Write],
+    rooted_writes: list[_Write],
     through: bool,
     offset_sensitive: bool,
     storage_reach: int,
@@ -851,6 +855,10 @@ def _input_info(
     data_writes = [
         w for w in writes if not w.metadata_only and w.storage == key and any(intersect(w.extent, i) for i in intervals)
     ]
+    if not data_writes and offset_sensitive:
+        # Only writes through a view of the input at an absolute offset (as_strided) outside its elements:
+        # they still write the caller's memory, so the input is written (its storage, as far as reached).
+        data_writes = [w for w in rooted_writes if w.storage == key]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if storage_set_to is not None:

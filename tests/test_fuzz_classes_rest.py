@@ -167,6 +167,124 @@ def _backward_writes_expanded_input_args():
     return (leaf.expand(2),)
 
 
+class _TripledGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad.mul_(3)
+        return grad
+
+
+def _as_strided_index_fill(a0):
+    # seed 1 class 5: an as_strided view at an absolute offset writes caller memory outside the input's
+    # elements only: the input counts as written.
+    v0 = a0.as_strided((2,), (1,), 4)
+    v0.index_fill_(-1, torch.tensor([0]), 2.0)
+    return ()
+
+
+def _as_strided_index_fill_args():
+    s0 = torch.randn(24, generator=torch.Generator().manual_seed(0))
+    return (s0[6:12].view(2, 3),)
+
+
+def _identity_transposed_under_no_grad(a0):
+    # seed 1 class 7: eager raises on the second view of a Function's returned input written in place.
+    v0 = a0.unfold(0, 2, 2)
+    v1 = _Identity.apply(a0)
+    with torch.set_grad_enabled(False):
+        v1.transpose_(0, -1)
+        with torch.enable_grad():
+            v2 = v0.transpose(0, -1)
+    return (sum(t.real.sum() for t in (a0, v0, v1, v2)),)
+
+
+def _identity_transposed_args():
+    return (torch.randn(3, 4, generator=torch.Generator().manual_seed(0)).requires_grad_(),)
+
+
+def _view_function_of_squeezed_flip(a0, a1):
+    # seed 1 class 8: an expanded view of a leaf, and a Function's view of a squeezed intermediate.
+    v0 = a1.flip(0)
+    v0.squeeze_()
+    v1 = a0 @ a0.mT
+    v2 = _ViewOf.apply(v0)
+    return (sum(t.real.sum() for t in (a0, a1, v0, v1, v2)),)
+
+
+def _view_function_of_squeezed_flip_args():
+    s0 = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (s0[5:8].expand(2, 3), s0[1:9:2])
+
+
+def _function_of_input_transposed_under_no_grad(a0):
+    # seed 1 class 9: the Function's backward gets a gradient of the transposed geometry.
+    with torch.no_grad():
+        a0.transpose_(0, -1)
+    v0 = _TripledGrad.apply(a0)
+    return (v0,)
+
+
+def _function_of_input_transposed_args():
+    s0 = torch.randn(18, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (s0[5:17].view(3, 4),)
+
+
+def _function_output_transposed_in_place(a0):
+    # seed 1 class 13: a Function's returned input transposed in place, then a view of an earlier view.
+    v0 = a0.unfold(0, 2, 2)
+    v1 = _Identity.apply(a0)
+    v1.transpose_(0, -1)
+    with torch.set_grad_enabled(False):
+        with torch.enable_grad():
+            v0.transpose(0, -1)
+    return ()
+
+
+def _strided_view_then_squeeze_(a0):
+    # seed 1 class 14: a view taken before its base's squeeze_().
+    v0 = a0[..., ::2]
+    a0.squeeze_()
+    return (v0,)
+
+
+def _strided_view_then_squeeze_args():
+    s0 = torch.randn(72, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (s0[48:72].view(2, 3, 4),)
+
+
+def _flat_view_then_t_(a0):
+    # seed 1 class 16: a flat view of an intermediate that is then transposed in place.
+    v0 = a0.sin()
+    a0 @ a0.mT  # kept from the shrunk program
+    v3 = v0.view(-1)
+    v0.t_()
+    return (v3,)
+
+
+def _flat_view_then_t_args():
+    s0 = torch.randn(4, 6, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return (s0 * 1,)
+
+
+def _diagonal_t_of_expanded(a0):
+    # seed 1 class 12: in-place t_() of a diagonal view and of the expanded input under enable_grad.
+    v1 = a0.diagonal()
+    with torch.enable_grad():
+        v1.t_()
+        with torch.no_grad():
+            a0.t_()
+    return ()
+
+
+def _diagonal_t_of_expanded_args():
+    s0 = torch.randn(1, 4, generator=torch.Generator().manual_seed(0))
+    return (s0.expand(2, 4).detach().requires_grad_(),)
+
+
 CASES = {
     "backward_writes_expanded_input": (_backward_writes_expanded_input, _backward_writes_expanded_input_args),
     "function_view_of_input_written_by_backward": (
@@ -179,11 +297,51 @@ CASES = {
     "regenerated_view": (_regenerated_view, _regenerated_view_args),
     "complex_write_outside": (_complex_write_outside, _complex_write_outside_args),
     "view_then_data_write": (_view_then_data_write, _view_then_data_write_args),
+    "as_strided_index_fill": (_as_strided_index_fill, _as_strided_index_fill_args),
+    "identity_transposed_under_no_grad": (_identity_transposed_under_no_grad, _identity_transposed_args),
+    "view_function_of_squeezed_flip": (_view_function_of_squeezed_flip, _view_function_of_squeezed_flip_args),
+    "function_of_input_transposed_under_no_grad": (
+        _function_of_input_transposed_under_no_grad,
+        _function_of_input_transposed_args,
+    ),
+    "function_output_transposed_in_place": (_function_output_transposed_in_place, _identity_transposed_args),
+    "strided_view_then_squeeze_": (_strided_view_then_squeeze_, _strided_view_then_squeeze_args),
+    "flat_view_then_t_": (_flat_view_then_t_, _flat_view_then_t_args),
+    "diagonal_t_of_expanded": (_diagonal_t_of_expanded, _diagonal_t_of_expanded_args),
 }
 
 
-@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
-@pytest.mark.parametrize("name", sorted(CASES))
+# Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
+_NO_GRAD_VIEW = "compiled raises 'A view was created in no_grad mode' where eager (inference_mode) runs"
+KNOWN_WRONG = {
+    ("diagonal_t_of_expanded", "inference_mode"): _NO_GRAD_VIEW,
+    ("flat_view_then_t_", "training"): "regenerating the flat view after t_() raises 'view size is not compatible'",
+    ("function_of_input_transposed_under_no_grad", "training"): (
+        "the Function's backward gets the gradient in the pre-transpose_() geometry"
+    ),
+    ("function_output_transposed_in_place", "inference_mode"): _NO_GRAD_VIEW,
+    ("identity_transposed_under_no_grad", "training"): (
+        "eager raises 'Output 0 of Identity is a view ...', compiled does not"
+    ),
+    ("identity_transposed_under_no_grad", "inference_mode"): _NO_GRAD_VIEW,
+    ("strided_view_then_squeeze_", "no_grad"): (
+        "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
+    ),
+    ("view_function_of_squeezed_flip", "training"): "wrong grad of the leaf under an expanded input and a ViewOf",
+}
+MODES = ["training", "no_grad", "inference_mode"]
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
+        if (name, mode) in KNOWN_WRONG
+        else pytest.param(name, mode)
+        for name in sorted(CASES)
+        for mode in MODES
+    ],
+)
 def test_fuzz_class(name: str, mode: str) -> None:
     fn, make_args = CASES[name]
     with warnings.catch_warnings():
