@@ -712,6 +712,7 @@ def collect_meta(
             continue
         if id(root) in input_position:
             base = input_position[id(root)]
+            _refuse_chain_with_traced_tensor(chain, base)
             before = chain[-1].key // 1024 < last_write.get(base, -1)
             output_info.append(
                 info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
@@ -933,3 +934,16 @@ def _new_storage(
         if isinstance(out, torch.Tensor) and out is not fake and storage_key(out) == key:
             return ("output", k)
     return ("fresh", -1)
+
+
+def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> None:
+    """Refuse an output view of input ``base`` whose chain holds a traced tensor (``set_(source)`` onto an
+    intermediate): eager returns the view of the input, sitting on the source's memory, and a replay at
+    runtime has no such memory to take it from (the source is a fake of the trace)."""
+    for step in chain:
+        if any(isinstance(a, torch.Tensor) for a in tree_flatten((step.args, step.kwargs))[0]):
+            raise UnsupportedMutationError(
+                f"{getattr(step.op, '__name__', step.op)}: an output, a view of input {base}, was set_() onto "
+                "a tensor the function made (argument source): eager returns the input's view holding that "
+                "memory, which the compiled function cannot return; return a clone() of it"
+            )
