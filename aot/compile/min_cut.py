@@ -38,7 +38,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aot.compile.partition import ancestors, is_random, is_tangent, output_values, split_joint
+from aot.compile.partition import JointParts, ancestors, computed_from, is_random, is_tangent, split_joint
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -150,23 +150,15 @@ def min_cut_rematerialization_partition(
     """Forward and backward graphs of ``joint_module`` saving a minimum-byte set of values.
 
     torch's name and signature (extra keyword arguments such as ``compiler`` are accepted and
-    ignored), so code written for ``torch._functorch.partitioners`` ports unchanged. Returns
+    ignored), so a partitioner call written for torch's ports unchanged. Returns
     ``(forward, backward)`` as :func:`~aot.compile.partition.default_partition` does: the
     forward returns its outputs then the saved values, the backward takes the saved values
     then the tangents. Random ops stay in the forward (the backward reads their draw).
     """
     graph = joint_module.graph
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    tangents = [node for node in placeholders if is_tangent(node)]
-    outputs = output_values(joint_module)
-    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
-
-    tangent_dependent = set(tangents)
-    for node in graph.nodes:
-        if any(arg in tangent_dependent for arg in node.all_input_nodes):
-            tangent_dependent.add(node)
-    random_in_backward = [n for n in ancestors(grads) if is_random(n) and n not in tangent_dependent]
-    required_forward = ancestors([*fwd_outputs, *random_in_backward])
+    parts = JointParts.of(joint_module, num_fwd_outputs)
+    tangent_dependent = parts.tangent_dependent
+    required_forward = ancestors([*parts.fwd_outputs, *parts.random_in_backward])
 
     # Bytes scaled so that a unit added to each view's weight only breaks ties: of two equal cuts,
     # the one saving a base rather than its view (the backward rebuilds the view for free).
@@ -191,7 +183,7 @@ def min_cut_rematerialization_partition(
         for user in node.users:
             if user.op != "output":
                 flow.add_edge(_out(node), _in(user), capacity=INF)
-    for grad in grads:
+    for grad in parts.grads:
         if isinstance(grad, fx.Node) and grad not in tangent_dependent:
             flow.add_edge(_out(grad), "sink", capacity=INF)  # a gradient computed without tangents
     flow.add_nodes_from(["source", "sink"])
@@ -205,11 +197,9 @@ def min_cut_rematerialization_partition(
         and _in(node) not in reaches_sink
         and _out(node) in reaches_sink
     ]
-    forward_nodes = ancestors([*fwd_outputs, *saved, *random_in_backward]) | {
-        node for node in placeholders if node not in tangents
-    }
-    backward_nodes = ancestors(grads, stop=set(saved)) | set(tangents)
-    forward, backward = split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+    forward_nodes = ancestors([*parts.fwd_outputs, *saved, *parts.random_in_backward]) | set(parts.primals)
+    backward_nodes = ancestors(parts.grads, stop=set(saved)) | set(parts.tangents)
+    forward, backward = split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
     _recompute_where_used(backward)
     return forward, backward
 
@@ -219,10 +209,9 @@ def _recompute_where_used(backward: fx.GraphModule) -> None:
     so that recomputed values live while the gradient needing them is computed, not all at once
     from the start of the backward."""
     graph = backward.graph
-    from_tangents = {node for node in graph.nodes if node.op == "placeholder" and is_tangent(node)}
-    for node in graph.nodes:
-        if any(arg in from_tangents for arg in node.all_input_nodes):
-            from_tangents.add(node)
+    from_tangents = computed_from(
+        graph, (node for node in graph.nodes if node.op == "placeholder" and is_tangent(node))
+    )
     placed: set[fx.Node] = {node for node in graph.nodes if node.op == "placeholder"}
     order: list[fx.Node] = []
     for anchor in graph.nodes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -19,7 +20,9 @@ import torch.fx as fx
 from aot.compile.descriptors import DESC, Saved, Tangent
 
 __all__ = [
+    "JointParts",
     "ancestors",
+    "computed_from",
     "default_partition",
     "is_random",
     "is_tangent",
@@ -56,6 +59,46 @@ def is_random(node: fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
+def computed_from(graph: fx.Graph, roots: Iterable[fx.Node]) -> set[fx.Node]:
+    """``roots`` and every node computed from one of them (graphs are in topological order)."""
+    found = set(roots)
+    for node in graph.nodes:
+        if any(arg in found for arg in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+@dataclass(frozen=True)
+class JointParts:
+    """What every partitioner reads off a joint graph first."""
+
+    primals: list[fx.Node]
+    tangents: list[fx.Node]
+    fwd_outputs: list[Any]
+    grads: list[Any]
+    # Nodes computed from a tangent: they can only run in the backward.
+    tangent_dependent: set[fx.Node]
+    # Random ops the gradients read: they run in the forward, so the backward sees the same draw.
+    random_in_backward: list[fx.Node]
+
+    @staticmethod
+    def of(joint_module: fx.GraphModule, num_fwd_outputs: int) -> JointParts:
+        graph = joint_module.graph
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        tangents = [node for node in placeholders if is_tangent(node)]
+        outputs = output_values(joint_module)
+        grads = outputs[num_fwd_outputs:]
+        tangent_dependent = computed_from(graph, tangents)
+        return JointParts(
+            primals=[node for node in placeholders if not is_tangent(node)],
+            tangents=tangents,
+            fwd_outputs=outputs[:num_fwd_outputs],
+            grads=grads,
+            tangent_dependent=tangent_dependent,
+            random_in_backward=[n for n in ancestors(grads) if is_random(n) and n not in tangent_dependent],
+        )
+
+
 def default_partition(
     joint_module: fx.GraphModule, _joint_inputs: Any = None, *, num_fwd_outputs: int
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -68,39 +111,28 @@ def default_partition(
     the backward saves its inputs instead, which the forward holds anyway.
     Random ops always stay in the forward so the backward sees the same draw.
     """
-    graph = joint_module.graph
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    primals = [node for node in placeholders if not is_tangent(node)]
-    tangents = [node for node in placeholders if is_tangent(node)]
-    outputs = output_values(joint_module)
-    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
-
-    tangent_dependent = set(tangents)
-    for node in graph.nodes:
-        if any(arg in tangent_dependent for arg in node.all_input_nodes):
-            tangent_dependent.add(node)
-    random_in_backward = [n for n in ancestors(grads) if is_random(n) and n not in tangent_dependent]
-    forward_nodes = ancestors([*fwd_outputs, *random_in_backward]) | set(primals)
-    backward_nodes = ancestors(grads, stop=forward_nodes) | set(tangents)
+    parts = JointParts.of(joint_module, num_fwd_outputs)
+    forward_nodes = ancestors([*parts.fwd_outputs, *parts.random_in_backward]) | set(parts.primals)
+    backward_nodes = ancestors(parts.grads, stop=forward_nodes) | set(parts.tangents)
     # A multi-output op cannot be saved as a tuple: its projections run in the forward instead.
     projections = {n for n in backward_nodes if n.target is operator.getitem and n.args[0] in forward_nodes}
     forward_nodes |= projections
     backward_nodes -= projections
 
     # Saved: forward values the backward reads, or returns as a gradient (one computed without tangents).
-    returned_by_backward = {grad for grad in grads if isinstance(grad, fx.Node)}
+    returned_by_backward = {grad for grad in parts.grads if isinstance(grad, fx.Node)}
     saved = [
         node
-        for node in graph.nodes
+        for node in joint_module.graph.nodes
         if node in forward_nodes
         and (node in returned_by_backward or any(user in backward_nodes for user in node.users))
     ]
-    return split_joint(joint_module, num_fwd_outputs, forward_nodes, backward_nodes, saved)
+    return split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
 
 
 def split_joint(
     joint_module: fx.GraphModule,
-    num_fwd_outputs: int,
+    parts: JointParts,
     forward_nodes: set[fx.Node],
     backward_nodes: set[fx.Node],
     saved: list[fx.Node],
@@ -111,13 +143,9 @@ def split_joint(
     A node in both sets is computed in both graphs (recomputed in the backward).
     """
     graph = joint_module.graph
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    primals = [node for node in placeholders if not is_tangent(node)]
-    tangents = [node for node in placeholders if is_tangent(node)]
-    outputs = output_values(joint_module)
-    fwd_outputs, grads = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
-    forward = _extract(joint_module, primals, forward_nodes, [*fwd_outputs, *saved])
-    backward = _extract(joint_module, [*saved, *tangents], backward_nodes, grads)
+    num_fwd_outputs = len(parts.fwd_outputs)
+    forward = _extract(joint_module, parts.primals, forward_nodes, [*parts.fwd_outputs, *saved])
+    backward = _extract(joint_module, [*saved, *parts.tangents], backward_nodes, parts.grads)
     forward_output = forward.graph.output_node()
     output_descs = list(graph.output_node().meta.get(DESC, []))[:num_fwd_outputs]
     forward_output.meta[DESC] = output_descs + [Saved(node.name) for node in saved]
