@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import check
 
 
@@ -64,16 +65,6 @@ def _view_then_data_write_args():
     return (storage[7:19].view(3, 4)[:, 1], storage[1:6])
 
 
-class _Identity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 0.5
-
-
 class _ViewOf(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -88,7 +79,7 @@ def _function_of_merged_input(a0):
     # a0 is written (hidden from autograd) and merged into a synthetic base: the Function's output
     # must still alias the caller's a0, with the Function's history.
     a0.detach().neg_()
-    v4 = _Identity.apply(a0)
+    v4 = Identity.apply(a0)
     return (v4,)
 
 
@@ -194,7 +185,7 @@ def _as_strided_index_fill_args():
 def _identity_transposed_under_no_grad(a0):
     # seed 1 class 7: eager raises on the second view of a Function's returned input written in place.
     v0 = a0.unfold(0, 2, 2)
-    v1 = _Identity.apply(a0)
+    v1 = Identity.apply(a0)
     with torch.set_grad_enabled(False):
         v1.transpose_(0, -1)
         with torch.enable_grad():
@@ -236,7 +227,7 @@ def _function_of_input_transposed_args():
 def _function_output_transposed_in_place(a0):
     # seed 1 class 13: a Function's returned input transposed in place, then a view of an earlier view.
     v0 = a0.unfold(0, 2, 2)
-    v1 = _Identity.apply(a0)
+    v1 = Identity.apply(a0)
     v1.transpose_(0, -1)
     with torch.set_grad_enabled(False):
         with torch.enable_grad():
