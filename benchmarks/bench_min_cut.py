@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from bench_vs_torch import TransformerBlock, lstm_unrolled, make_chain  # the same workloads
 from torch._functorch.aot_autograd import aot_function as torch_aot_function
 from torch._functorch.aot_autograd import aot_module as torch_aot_module
 from torch._functorch.compilers import nop
@@ -48,31 +47,6 @@ class MLP(nn.Module):
         return x
 
 
-class TransformerBlock(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.fc1 = nn.Linear(dim, 4 * dim)
-        self.fc2 = nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        h = self.heads
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q = q.reshape(b, t, h, c // h).transpose(1, 2)
-        k = k.reshape(b, t, h, c // h).transpose(1, 2)
-        v = v.reshape(b, t, h, c // h).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
-        att = att.softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, c)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
 class ConvNet(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -86,32 +60,6 @@ class ConvNet(nn.Module):
         x = F.relu(self.bn1(self.conv1(x)))
         x = F.silu(self.bn2(self.conv2(x)))
         return self.fc(x.mean((2, 3)))
-
-
-def lstm_unrolled(
-    xs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, b: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    for t in range(xs.shape[0]):
-        gates = xs[t] @ w_ih + h @ w_hh + b
-        i, f, g, o = gates.chunk(4, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-    return h, c
-
-
-def make_chain(num_ops: int) -> Callable[..., torch.Tensor]:
-    def chain(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        for i in range(num_ops):
-            step = i % 3
-            if step == 0:
-                x = torch.sin(x)
-            elif step == 1:
-                x = x * w
-            else:
-                x = x + b
-        return x
-
-    return chain
 
 
 @dataclass
