@@ -115,24 +115,13 @@ def compile_and_measure(impl: str, model: Model, decompositions: Any) -> tuple[i
         return nop(gm, example_inputs)
 
     if impl == "torch min-cut":
-        make = torch_aot_module if model.is_module else torch_aot_function
-        compiled = make(
-            model.target,
-            fw_compiler=capture,
-            bw_compiler=nop,
-            partition_fn=torch_min_cut,
-            decompositions=decompositions,
-        )
+        make, partition = (torch_aot_module if model.is_module else torch_aot_function), torch_min_cut
     else:
-        partition = aot.default_partition if impl == "aotfx default" else aot.min_cut_rematerialization_partition
         make = aot.aot_module if model.is_module else aot.aot_function
-        compiled = make(
-            model.target,
-            fw_compiler=capture,
-            bw_compiler=nop,
-            partition_fn=partition,
-            decompositions=decompositions,
-        )
+        partition = aot.default_partition if impl == "aotfx default" else aot.min_cut_rematerialization_partition
+    compiled = make(
+        model.target, fw_compiler=capture, bw_compiler=nop, partition_fn=partition, decompositions=decompositions
+    )
     start = time.perf_counter()
     grads = run_step(compiled, model)
     seconds = time.perf_counter() - start
