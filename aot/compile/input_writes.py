@@ -26,14 +26,14 @@ from meta.view_and_mutation import ViewAndMutationMeta
 __all__ = ["keep_input_writes"]
 
 
-def keep_input_writes(gm: fx.GraphModule, meta: ViewAndMutationMeta, args: Sequence[torch.Tensor]) -> list[int]:
-    """Make ``gm`` (an inference graph of ``meta``) write mutated inputs; returns the outputs it replaced."""
+def keep_input_writes(gm: fx.GraphModule, meta: ViewAndMutationMeta, args: Sequence[torch.Tensor]) -> None:
+    """Make ``gm`` (an inference graph of ``meta``) write the mutated inputs a plain ``copy_`` can."""
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     output = graph.output_node()
     values = output_values(gm)
     analysis = AliasAnalysis(graph)
-    kept: list[int] = []
+    kept = False
     for position, info in enumerate(meta.output_info):
         arg = info.new_value_of
         if arg is None:
@@ -48,10 +48,8 @@ def keep_input_writes(gm: fx.GraphModule, meta: ViewAndMutationMeta, args: Seque
             copy = graph.call_function(torch.ops.aten.copy_.default, (target, value))
         copy.meta["val"] = target.meta.get("val")
         values[position] = None
-        kept.append(position)
+        kept = True
     if kept:
         output.args = (values,)
-        gm.meta["kept_input_writes"] = tuple(kept)
         graph.lint()
         gm.recompile()
-    return kept
