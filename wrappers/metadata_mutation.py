@@ -225,6 +225,8 @@ class MetadataMutation:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
+            # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
+            set_versions(targets, versions)
             inner_outs = inner(inner_args)
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
@@ -354,9 +356,15 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
     old = (tuple(target.shape), tuple(target.stride()), target.storage_offset())
+    counter = version(target)
     with torch.no_grad():
         target.as_strided_(size, stride, target.storage_offset() + relative_offset)
-    return target.as_strided(*old)
+    # The restride stands for eager's change later in the call, whose bump the caller counts at the end.
+    set_versions([target], [counter])
+    # Taken in grad mode whatever the caller's: it stands for the input itself, which eager's function uses
+    # in grad mode too after the counter moves (a view taken under no_grad would then refuse it).
+    with torch.enable_grad():
+        return target.as_strided(*old)
 
 
 def _stand_in_view(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:

@@ -1,0 +1,78 @@
+"""Grad-mode and inference-mode rules of eager autograd, as the mutation fuzzer found them broken.
+
+Views taken under ``no_grad`` whose base changes in place afterwards, outputs made under
+``inference_mode`` (inference tensors, ``requires_grad_()`` on them, autograd.Functions recorded
+there), inference tensors used outside it. Each case is the fuzzer's shrunk program (seed 3 of
+``benchmarks/fuzz_mutation.py``), run against eager with ``tests/oracle.py`` ``check`` in the
+modes listed for it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.oracle import check
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+def _view_then_transpose_(a0):
+    # Class 3: a view taken under no_grad, then its base transposed in place: eager's view raises on
+    # .grad_fn (its base's counter moved after it was taken), the compiled one must too.
+    v1 = a0.as_strided((1,), (1,), 1)
+    a0.transpose_(0, -1)
+    return (v1,)
+
+
+def _view_then_transpose_args():
+    return (_randn(2, 2).requires_grad_(),)
+
+
+def _flip_under_enable_grad_then_transpose_(a0):
+    # Class 20: a value computed with grad mode on from an input transposed in place later.
+    with torch.enable_grad():
+        v1 = a0.flip(0)
+    a0.transpose_(0, -1)
+    return (v1,)
+
+
+def _flip_under_enable_grad_args():
+    return (_randn(4, 1, dtype=torch.complex64).requires_grad_(),)
+
+
+CASES = {
+    "view_then_transpose_": (_view_then_transpose_, _view_then_transpose_args),
+    "flip_under_enable_grad_then_transpose_": (
+        _flip_under_enable_grad_then_transpose_,
+        _flip_under_enable_grad_args,
+    ),
+}
+MODES = ["training", "no_grad", "inference_mode"]
+# Classes not fixed yet, strict so that a fix shows.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
+        if (name, mode) in KNOWN_WRONG
+        else pytest.param(name, mode)
+        for name in sorted(CASES)
+        for mode in MODES
+    ],
+)
+def test_grad_mode_class(name: str, mode: str) -> None:
+    fn, make_args = CASES[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "training":
+            check(fn, make_args, deep=True)
+        else:
+            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
+                check(fn, make_args, backward=False, deep=True)
