@@ -268,8 +268,14 @@ class OutputAliasInfo:
     def with_requires_grad_set_inside(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, requiring grad if eager's output does only because the function called
         ``requires_grad_()`` on it (or on what it was computed from) without any input requiring grad."""
-        if not self.is_differentiable or tensor.requires_grad or torch.is_inference_mode_enabled():
-            return tensor  # under inference mode no value made by the function requires grad
+        if not self.is_differentiable or tensor.requires_grad:
+            return tensor
+        if torch.is_inference_mode_enabled():
+            # No value made under inference mode has a history: only the function's requires_grad_() on one
+            # (an inference tensor, which inference mode lets require grad) makes it require grad. A view of an
+            # input is replayed with its own requires_grad_() (``ViewStep.requires_grad_set``).
+            made_leaf = self.output_type == OutputType.NON_ALIAS and self.is_leaf and tensor.is_leaf
+            return tensor.requires_grad_() if made_leaf else tensor
         if tensor.is_leaf:
             tensor.requires_grad_()
         if not self.is_leaf and torch.is_grad_enabled():

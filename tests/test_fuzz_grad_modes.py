@@ -45,7 +45,49 @@ def _flip_under_enable_grad_args():
     return (_randn(4, 1, dtype=torch.complex64).requires_grad_(),)
 
 
+class _WithSign(torch.autograd.Function):
+    """Returns 3 * x and the non-differentiable sign of x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        sign = x.sign()
+        ctx.mark_non_differentiable(sign)
+        return x * 3, sign
+
+    @staticmethod
+    def backward(ctx, grad, grad_sign):
+        return grad * 3
+
+
+def _function_output_requires_grad_(a0):
+    # Class 5: under inference_mode the Function records nothing; requires_grad_() on its output (an
+    # inference tensor) makes it a leaf requiring grad.
+    v2, _ = _WithSign.apply(a0)
+    v2.requires_grad_()
+    return (v2,)
+
+
+def _strided_slice_of_leaf():
+    s1 = _randn(24).requires_grad_()
+    return (s1[4:16:2],)
+
+
+def _detached_write_then_made_leaf(a0):
+    # Class 7: a value made under inference_mode and made to require grad, with an input written through
+    # detach(): nothing is recorded, so nothing (an inference tensor) is saved for a backward.
+    a0.detach().sigmoid_()
+    v0 = a0 @ a0.mT
+    v0.requires_grad_()
+    return (v0,)
+
+
+def _leaf_column():
+    return (_randn(4, 1).requires_grad_(),)
+
+
 CASES = {
+    "function_output_requires_grad_": (_function_output_requires_grad_, _strided_slice_of_leaf),
+    "detached_write_then_made_leaf": (_detached_write_then_made_leaf, _leaf_column),
     "view_then_transpose_": (_view_then_transpose_, _view_then_transpose_args),
     "flip_under_enable_grad_then_transpose_": (
         _flip_under_enable_grad_then_transpose_,

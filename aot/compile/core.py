@@ -24,6 +24,7 @@ from aot.compile.failures import backend_errors
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
+from meta.collect import CALLER_IN_INFERENCE_MODE
 from meta.overlap import is_overlap_error
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
@@ -54,7 +55,10 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
     meta = stage.meta
     entry.core_meta = meta
-    if meta.requires_autograd and (torch.is_grad_enabled() or _grad_inside_no_grad(entry.meta)):
+    # Under the caller's inference mode no op records a history (enable_grad inside changes nothing): the
+    # outputs eager makes require grad only as leaves the function called requires_grad_() on.
+    recorded = not CALLER_IN_INFERENCE_MODE.get() and (torch.is_grad_enabled() or _grad_inside_no_grad(entry.meta))
+    if meta.requires_autograd and recorded:
         if meta.backward_error is not None:
             return _forward_only(stage, config, entry, RuntimeError(meta.backward_error))
         try:
