@@ -444,8 +444,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if not isinstance(tensor, torch.Tensor) or storage_key(tensor) not in self._inference_storages:
                     continue
                 node = self.nodes.get(id(tensor))
-                detached = (node is None or node.tensor is not tensor) and id(tensor) not in self._alias_sources
-                if node is not None and node.tensor is tensor and node.step is not None:
+                if node is not None and node.tensor is not tensor:
+                    node = None
+                # A geometry changed in place (an out= resize ...) leaves the tensor what it was.
+                while node is not None and node.step is not None and node.step.in_place:
+                    node = node.parent
+                if node is None or node.step is None:  # no view: an input itself, or its detach()/.data
+                    detached = id(tensor) not in self._alias_sources
+                else:
                     detached = node.step.op is _aten.detach.default
                 if not detached:
                     raise RuntimeError(

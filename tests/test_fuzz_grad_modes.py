@@ -85,7 +85,30 @@ def _leaf_column():
     return (_randn(4, 1).requires_grad_(),)
 
 
+def _out_resizes_data_of_inference_tensor(a0):
+    # Class 8: an out= op resizes the .data alias of an inference tensor before writing it: eager allows
+    # both (a write through a .data alias itself), the geometry change keeps it that alias.
+    v0 = a0.unfold(0, 2, 2).clone()
+    torch.neg(v0, out=a0.data)
+    return ()
+
+
+def _inference_tensor_input():
+    with torch.inference_mode():
+        return (torch.randint(-4, 5, (3, 3), generator=torch.Generator().manual_seed(0)).t(),)
+
+
+def _data_written_after_a_view_of_it(a0):
+    # A .data alias of an inference tensor that a view was taken from is still that alias.
+    d = a0.data
+    v = d[1:]
+    d.mul_(2)
+    return (v,)
+
+
 CASES = {
+    "out_resizes_data_of_inference_tensor": (_out_resizes_data_of_inference_tensor, _inference_tensor_input),
+    "data_written_after_a_view_of_it": (_data_written_after_a_view_of_it, _inference_tensor_input),
     "function_output_requires_grad_": (_function_output_requires_grad_, _strided_slice_of_leaf),
     "detached_write_then_made_leaf": (_detached_write_then_made_leaf, _leaf_column),
     "view_then_transpose_": (_view_then_transpose_, _view_then_transpose_args),
