@@ -198,8 +198,9 @@ class AOTFunction:
             call_args, call_kwargs = tree_unflatten(filled, spec)
             grad_mode = torch.is_grad_enabled()
             try:
-                result = fn(*call_args, **call_kwargs)
-                left = torch.is_grad_enabled()
+                with _caller_inference_mode():
+                    result = fn(*call_args, **call_kwargs)
+                    left = torch.is_grad_enabled()
             finally:
                 # Each trace starts from the caller's mode; the compiled call sets the mode left behind.
                 torch.set_grad_enabled(grad_mode)
@@ -308,6 +309,13 @@ class AOTFunction:
 
 def _not_traced(*args: Any) -> Any:
     raise AssertionError("a restored entry's function is never traced")
+
+
+def _caller_inference_mode() -> contextlib.AbstractContextManager[Any]:
+    """The caller's inference mode, around the function while it is traced (the tracing itself runs
+    outside it, see ``_compile_outside_inference_mode``): there ``enable_grad`` records nothing, the values
+    the function makes are inference tensors, and views of the inputs are made as eager makes them."""
+    return torch.inference_mode() if CALLER_IN_INFERENCE_MODE.get() else contextlib.nullcontext()
 
 
 class _TensorSlot:

@@ -324,6 +324,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if _composite_implicit(func):
+            # Reached undecomposed where autograd is off (inference mode): record the ops it is made of, as
+            # autograd's kernel would call them (``view_as`` is the ``view`` it calls) and the trace records.
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         self.settle()
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
@@ -528,6 +535,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return node.tensor
 
 
+def _composite_implicit(func: Any) -> bool:
+    """Whether ``func`` is made of other ops (``CompositeImplicitAutograd``), which autograd's kernel calls."""
+    try:
+        return bool(func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd))
+    except RuntimeError:  # an op the dispatcher does not know (``prim::device``)
+        return False
+
+
 def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
     """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
     needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
@@ -576,17 +591,20 @@ def collect_meta(
         initially_requiring_grad = [fake.requires_grad for fake in fakes]
         initial_history = [_history(fake) for fake in fakes]
         initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
-        inference_storages = set()
-        if not CALLER_IN_INFERENCE_MODE.get():
-            inference_storages = {
-                storage_key(fake)
-                for fake, real in zip(fakes, flat_args, strict=True)
-                if isinstance(real, torch.Tensor) and real.is_inference()
-            }
-        recorder = ViewRecorder(alias_sources=fakes, inference_storages=inference_storages)
+        inference_storages = {
+            storage_key(fake)
+            for fake, real in zip(fakes, flat_args, strict=True)
+            if isinstance(real, torch.Tensor) and real.is_inference()
+        }
+        in_inference_mode = CALLER_IN_INFERENCE_MODE.get()
+        # Outside inference mode eager refuses writes into inference tensors; inside, saving them for a backward.
+        written = set() if in_inference_mode else inference_storages
+        recorder = ViewRecorder(alias_sources=fakes, inference_storages=written)
         fresh_views = FreshViews(recorder.stands_for)
+        saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
+        fresh = fresh_views if needs_fresh_views else _nothing()
         try:
-            with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
+            with saved_tensor_hooks_suspended(), saves, fake_mode, recorder, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
         except Exception:
@@ -781,6 +799,24 @@ def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torc
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.AbstractContextManager[Any]:
+    """Eager's refusal to save an inference tensor for a backward. Under the caller's inference mode only an
+    autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and what it saves
+    may be a value the function made (an inference tensor here too) or an input the caller made in inference
+    mode (whose stand-in here is a normal tensor on ``inference_storages``)."""
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.is_inference() or (tensor.layout == torch.strided and storage_key(tensor) in inference_storages):
+            raise RuntimeError(
+                "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference "
+                "mode in computation tracked by autograd. To work around this, you can make a clone to get a "
+                "normal tensor and use it in autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
+            )
+        return tensor
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
 
 
 def _replay_gives_eagers_autograd(

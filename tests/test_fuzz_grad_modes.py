@@ -106,7 +106,35 @@ def _data_written_after_a_view_of_it(a0):
     return (v,)
 
 
+class _SavesItsInput(torch.autograd.Function):
+    """Saves its input for the backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x
+
+
+def _function_saves_under_enable_grad(a0):
+    # Class 16: under inference_mode an autograd.Function still records in an enable_grad region (built-in
+    # ops do not), and then refuses to save an inference tensor (here the input, made in inference mode).
+    a0.requires_grad_()
+    with torch.enable_grad():
+        _SavesItsInput.apply(a0)
+    return ()
+
+
+def _slice_of_plain():
+    return (_randn(8)[0:5],)
+
+
 CASES = {
+    "function_saves_under_enable_grad": (_function_saves_under_enable_grad, _slice_of_plain),
     "out_resizes_data_of_inference_tensor": (_out_resizes_data_of_inference_tensor, _inference_tensor_input),
     "data_written_after_a_view_of_it": (_data_written_after_a_view_of_it, _inference_tensor_input),
     "function_output_requires_grad_": (_function_output_requires_grad_, _strided_slice_of_leaf),
