@@ -184,6 +184,16 @@ class FreshViews(TorchFunctionMode):
             self._on_fresh(fresh, tensor)
         return fresh
 
+    def _used(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
+        first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
+        whose memory changed in place since: read it here, before the stand-in hides it."""
+        recorded = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if tensor._base is not None and recorded and tensor.requires_grad:
+            if torch._C._autograd._get_creation_meta(tensor) != torch._C._autograd.CreationMeta.DEFAULT:
+                tensor.grad_fn  # noqa: B018 -- raises eager's error, or reads a history that is not stale
+        return self.fresh(tensor)
+
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
@@ -200,8 +210,8 @@ class FreshViews(TorchFunctionMode):
         if (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
-                first = self.fresh(first) if isinstance(first, torch.Tensor) else first
-            rest, fresh_kwargs = tree_map_only(torch.Tensor, self.fresh, (rest, kwargs))
+                first = self._used(first) if isinstance(first, torch.Tensor) else first
+            rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
             if "out" in kwargs:
                 fresh_kwargs["out"] = kwargs["out"]
             original = args[0] if args else None
@@ -346,7 +356,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         version = -1
         if first is not None:
             initial_version = self._initial_version.get(storage_key(first))
-            version = -1 if initial_version is None else first._version - initial_version
+            # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
+            if initial_version is not None and not first.is_inference():
+                version = first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
         if func in (_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset):

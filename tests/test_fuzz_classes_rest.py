@@ -308,9 +308,6 @@ KNOWN_WRONG = {
     ("function_of_input_transposed_under_no_grad", "training"): (
         "the Function's backward gets the gradient in the pre-transpose_() geometry"
     ),
-    ("identity_transposed_under_no_grad", "training"): (
-        "eager raises 'Output 0 of Identity is a view ...', compiled does not"
-    ),
     ("view_function_of_squeezed_flip", "training"): "wrong grad of the leaf under an expanded input and a ViewOf",
 }
 MODES = ["training", "no_grad", "inference_mode"]

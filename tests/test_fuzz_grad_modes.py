@@ -133,7 +133,36 @@ def _slice_of_plain():
     return (_randn(8)[0:5],)
 
 
+class _ViewOf(torch.autograd.Function):
+    """Returns a view of its input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _function_view_then_base_as_strided_(a0):
+    # Class 21: a Function's view taken under no_grad, then its base's geometry changed in place with grad
+    # mode on: eager refuses the view's next recorded use (its history cannot be taken again), though the
+    # program is traced reading stand-ins of views whose geometry changed.
+    v0 = a0 * 2
+    with torch.no_grad():
+        v0.set_(a0.detach())
+        v1 = _ViewOf.apply(v0)
+    v0.as_strided_((1,), (2,), 22)
+    return (sum(t.real.sum() for t in (a0, v0, v1)),)
+
+
+def _non_leaf_cube():
+    return (_randn(2, 3, 4).requires_grad_() * 1,)
+
+
 CASES = {
+    "function_view_then_base_as_strided_": (_function_view_then_base_as_strided_, _non_leaf_cube),
     "function_saves_under_enable_grad": (_function_saves_under_enable_grad, _slice_of_plain),
     "out_resizes_data_of_inference_tensor": (_out_resizes_data_of_inference_tensor, _inference_tensor_input),
     "data_written_after_a_view_of_it": (_data_written_after_a_view_of_it, _inference_tensor_input),
