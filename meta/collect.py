@@ -55,6 +55,7 @@ __all__ = [
     "FreshViews",
     "ViewRecorder",
     "collect_meta",
+    "records",
     "saved_tensor_hooks_suspended",
 ]
 
@@ -63,6 +64,12 @@ __all__ = [
 CALLER_IN_INFERENCE_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "CALLER_IN_INFERENCE_MODE", default=False
 )
+
+
+def records() -> bool:
+    """Whether autograd records the ops run now: grad mode on, and not inference mode (where an
+    ``enable_grad`` region turns grad mode on, yet no built-in op records)."""
+    return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
 @contextlib.contextmanager
@@ -188,8 +195,7 @@ class FreshViews(TorchFunctionMode):
         """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
         first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
         whose memory changed in place since: read it here, before the stand-in hides it."""
-        recorded = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        if tensor._base is not None and recorded and tensor.requires_grad:
+        if tensor._base is not None and records() and tensor.requires_grad:
             if torch._C._autograd._get_creation_meta(tensor) != torch._C._autograd.CreationMeta.DEFAULT:
                 tensor.grad_fn  # noqa: B018 -- raises eager's error, or reads a history that is not stale
         return self.fresh(tensor)
@@ -205,7 +211,7 @@ class FreshViews(TorchFunctionMode):
         out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
         own_object = name in _OWN_OBJECT_METHODS and not _is_view_attribute(func)
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
-            if torch.is_grad_enabled() and args[0].requires_grad:
+            if records() and args[0].requires_grad:
                 self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
         if (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
@@ -384,7 +390,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
             if first.untyped_storage().nbytes() > nbytes_before:
                 self.grown[storage_key(first)] = first.untyped_storage().nbytes()
-        grad_enabled = torch.is_grad_enabled()
+        grad_enabled = records()
         # An op writing out= an alias of its input returns that alias: not a view it makes.
         writes = written_positions(func, args)
         for position in writes:
@@ -428,7 +434,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, or
         no output has a gradient (``collect_meta`` decides, after the run)."""
         # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
-        if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
+        if records() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
         if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
@@ -450,7 +456,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         ``tensor``, taken again from the geometry it has now."""
         from_geometry = self._changed_geometry(tensor)
         self.clock += 1
-        step = ViewStep(_aten.alias.default, (), (), None, torch.is_grad_enabled(), self.clock * 1024, from_geometry)
+        step = ViewStep(_aten.alias.default, (), (), None, records(), self.clock * 1024, from_geometry)
         self._keep.append(fresh)
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
 

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import check
 
 
@@ -161,7 +162,40 @@ def _non_leaf_cube():
     return (_randn(2, 3, 4).requires_grad_() * 1,)
 
 
+class _Tripled(torch.autograd.Function):
+    """Returns 3 * x; saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+def _function_under_enable_grad(a0):
+    # Under no_grad and under inference_mode an autograd.Function in an enable_grad region records (under
+    # inference_mode built-in ops do not): its output requires grad, with the Function's history.
+    with torch.enable_grad():
+        v0 = _Tripled.apply(a0)
+    return (v0, v0 * 2)
+
+
+def _identity_under_enable_grad(a0):
+    # The same for a Function returning its input as is: eager's output aliases the caller's a0.
+    with torch.enable_grad():
+        v0 = Identity.apply(a0)
+    return (v0,)
+
+
+def _leaf_row():
+    return (_randn(3).requires_grad_(),)
+
+
 CASES = {
+    "function_under_enable_grad": (_function_under_enable_grad, _leaf_row),
+    "identity_under_enable_grad": (_identity_under_enable_grad, _leaf_row),
     "function_view_then_base_as_strided_": (_function_view_then_base_as_strided_, _non_leaf_cube),
     "function_saves_under_enable_grad": (_function_saves_under_enable_grad, _slice_of_plain),
     "out_resizes_data_of_inference_tensor": (_out_resizes_data_of_inference_tensor, _inference_tensor_input),

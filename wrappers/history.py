@@ -6,11 +6,12 @@ epilogue and the synthetic-base layer.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
-__all__ = ["AdoptHistory", "ViewWithHistory"]
+__all__ = ["AdoptHistory", "ViewWithHistory", "with_history"]
 
 
 class ViewWithHistory(torch.autograd.Function):
@@ -36,3 +37,11 @@ class AdoptHistory(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
         return None, grad
+
+
+def with_history(function: type[torch.autograd.Function], alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``function`` (one of the above) applied to ``alias`` and the graph's ``value``: recorded whenever the value
+    has a history, as eager recorded the autograd.Function where the function ran it (an ``enable_grad`` region
+    of a caller under ``no_grad`` or ``inference_mode``, where autograd.Functions record too)."""
+    with torch.enable_grad() if value.requires_grad else contextlib.nullcontext():
+        return function.apply(alias, value)  # type: ignore[no-any-return,no-untyped-call]

@@ -27,7 +27,7 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
-from wrappers.history import AdoptHistory, ViewWithHistory
+from wrappers.history import AdoptHistory, ViewWithHistory, with_history
 from wrappers.write_back import set_versions, version, write_back
 
 __all__ = ["RuntimeEpilogue"]
@@ -159,10 +159,10 @@ class RuntimeEpilogue:
                     if alias.in_place:
                         # Eager's in-place write was counted already (the write-back), not once more.
                         counted = version(of_input)
-                        outs[out_idx] = AdoptHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                         set_versions([of_input], [counted])
                     else:
-                        outs[out_idx] = ViewWithHistory.apply(of_input, outs[out_idx])  # type: ignore[no-untyped-call]
+                        outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:

@@ -37,7 +37,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
-from wrappers.history import AdoptHistory, ViewWithHistory
+from wrappers.history import AdoptHistory, ViewWithHistory, with_history
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version, write_back
 
@@ -294,10 +294,10 @@ class SyntheticBase:
                 of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                 if alias.in_place:
                     counted = version(of_input)  # eager's in-place write was counted already
-                    outs[out] = AdoptHistory.apply(of_input, outs[out])  # type: ignore[no-untyped-call]
+                    outs[out] = with_history(AdoptHistory, of_input, outs[out])
                     set_versions([of_input], [counted])
                 else:
-                    outs[out] = ViewWithHistory.apply(of_input, outs[out])  # type: ignore[no-untyped-call]
+                    outs[out] = with_history(ViewWithHistory, of_input, outs[out])
             for i, info in enumerate(meta.output_info):
                 if info.output_type == OutputType.IS_OUTPUT and info.base_output in function_views:
                     outs[i] = outs[info.base_output]

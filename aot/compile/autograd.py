@@ -67,6 +67,17 @@ def _distinct(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
     return distinct
 
 
+def _saveable(saved: Sequence[Any]) -> tuple[Sequence[Any], torch.Tensor]:
+    """What the compiled forward saves, and an empty anchor tensor to save with it. Recorded under the
+    caller's inference mode (an autograd.Function in an ``enable_grad`` region), inference tensors among them
+    are copied outside it: autograd refuses to save those (eager's Function saved none, or raised)."""
+    if not torch.is_inference_mode_enabled():
+        return saved, torch.empty(0)
+    with torch.inference_mode(False):
+        normal = [v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for v in saved]
+        return normal, torch.empty(0)
+
+
 class _CompiledBackward(torch.autograd.Function):
     """Runs the compiled backward when the caller asked for a graph of it (``create_graph=True``).
 
@@ -128,7 +139,7 @@ def make_training_runtime(
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
             # An empty extra output: saved (as an output, so it holds no memory and no cycle), it comes
             # back in the backward with this node as its grad_fn, the edge to the primals' history.
-            anchor = torch.empty(0)
+            saved, anchor = _saveable(saved)
             ctx.save_for_backward(*saved, anchor)
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.

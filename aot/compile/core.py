@@ -55,9 +55,11 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
     """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
     meta = stage.meta
     entry.core_meta = meta
-    # Under the caller's inference mode no op records a history (enable_grad inside changes nothing): the
-    # outputs eager makes require grad only as leaves the function called requires_grad_() on.
-    recorded = not CALLER_IN_INFERENCE_MODE.get() and (torch.is_grad_enabled() or _grad_inside_no_grad(entry.meta))
+    # Under the caller's inference mode only an autograd.Function in an enable_grad region records (built-in
+    # ops never do, whatever the grad mode): a training graph then, run by an autograd.Function too.
+    recorded = _grad_inside_no_grad(entry.meta)
+    if not CALLER_IN_INFERENCE_MODE.get():
+        recorded = recorded or torch.is_grad_enabled()
     if meta.requires_autograd and recorded:
         if meta.backward_error is not None:
             return _forward_only(stage, config, entry, RuntimeError(meta.backward_error))
@@ -104,9 +106,13 @@ def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
     """Called under no_grad, the function still returns a computed value with a gradient: it made it
     in an ``enable_grad`` region (eager records that region; so must the compiled call)."""
     computed = (OutputType.NON_ALIAS, OutputType.ALIAS_OF_INTERMEDIATE)
+    # A leaf the function called requires_grad_() on has no history to record.
     return (
-        any(info.is_differentiable and info.output_type in computed for info in user_meta.output_info)
-        or any(base.is_differentiable for base in user_meta.intermediate_bases)
+        any(
+            info.is_differentiable and not info.is_leaf and info.output_type in computed
+            for info in user_meta.output_info
+        )
+        or any(base.is_differentiable and not base.is_leaf for base in user_meta.intermediate_bases)
         # an input written in such a region: eager records the write
         or any(info.mutation_visible_to_autograd and info.requires_grad_after for info in user_meta.input_info)
     )
