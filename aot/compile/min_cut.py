@@ -38,7 +38,15 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aot.compile.partition import JointParts, ancestors, computed_from, is_random, is_tangent, split_joint
+from aot.compile.partition import (
+    JointParts,
+    ancestors,
+    computed_from,
+    is_random,
+    is_tangent,
+    split_joint,
+    written_by_forward,
+)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -179,7 +187,10 @@ def min_cut_rematerialization_partition(
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
-        flow.add_edge(_in(node), _out(node), capacity=_capacity(node, scale))
+        # An input the forward writes holds new values by the backward: saved only where the backward
+        # reads it itself (as eager's does), never to recompute from.
+        unreadable = written_by_forward(node) and not any(user in tangent_dependent for user in node.users)
+        flow.add_edge(_in(node), _out(node), capacity=INF if unreadable else _capacity(node, scale))
         for user in node.users:
             if user.op != "output":
                 flow.add_edge(_out(node), _in(user), capacity=INF)
