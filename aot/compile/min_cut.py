@@ -51,7 +51,7 @@ from aot.compile.partition import (
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
+__all__ = ["RECOMPUTABLE", "REDUCTIONS", "is_recomputable", "min_cut_rematerialization_partition", "node_bytes"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -119,7 +119,7 @@ def _hint(size: int | torch.SymInt) -> int:
     return int(hint)
 
 
-def _is_recomputable(node: fx.Node) -> bool:
+def is_recomputable(node: fx.Node) -> bool:
     """Cheap and safe to run again: pointwise, a view, or in :data:`RECOMPUTABLE`; never random or mutating."""
     if node.op == "get_attr":
         return True  # a constant of the module: reading it again is free
@@ -183,7 +183,7 @@ def min_cut_rematerialization_partition(
         pinned = (
             node.op == "placeholder"
             or is_random(node)
-            or (node in required_forward and not (_is_recomputable(node) and not _shrinks(node)))
+            or (node in required_forward and not (is_recomputable(node) and not _shrinks(node)))
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
