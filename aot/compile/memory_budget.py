@@ -127,6 +127,8 @@ def node_flops(node: fx.Node) -> int:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or target.is_view:
         return 0
+    if target.overloadpacket is torch.ops.aten._unsafe_view:
+        return 0  # a view of a fresh tensor
     formula = flop_registry.get(target.overloadpacket)
     if formula is not None:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda arg: arg.meta.get("val"))
