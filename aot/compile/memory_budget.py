@@ -32,7 +32,6 @@ The plan is in the forward graph's ``meta["activation_plan"]`` (:class:`MemoryPl
 from __future__ import annotations
 
 import math
-import operator
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils.flop_counter import flop_registry
 
-from aot.compile.min_cut import node_bytes
+from aot.compile.min_cut import can_run_again, node_bytes
 from aot.compile.partition import (
     JointParts,
     ancestors,
@@ -53,6 +51,7 @@ from aot.compile.partition import (
     split_joint,
     written_by_forward,
 )
+from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
 
 __all__ = ["TIME_LIMIT_S", "ActivationMemoryBudget", "MemoryPlan", "node_flops"]
 
@@ -97,7 +96,7 @@ class ActivationMemoryBudget:
         parts = JointParts.of(joint_module, num_fwd_outputs)
         default_bytes = _activation_bytes(default_saved(parts))
         budget = int(self.budget * default_bytes) if isinstance(self.budget, float) else self.budget
-        problem = _Problem(joint_module.graph, parts)
+        problem = _Problem(joint_module.graph, parts, policy_of(joint_module))
         save, gap = problem.solve(budget)
         saved_set = {node for node, chosen in zip(problem.nodes, save, strict=True) if chosen}
         backward_nodes = ancestors(parts.grads, stop=saved_set) | set(parts.tangents)
@@ -140,22 +139,10 @@ def node_flops(node: fx.Node) -> int:
     return max((int(val.numel()) for val in values if isinstance(val, torch.Tensor)), default=1)
 
 
-def _can_run_again(node: fx.Node) -> bool:
-    if node.op != "call_function":
-        return node.op == "get_attr"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
-            return False
-    elif target is not operator.getitem and not isinstance(node.meta.get("val"), (torch.SymInt, int, bool)):
-        return False
-    return not free_unbacked_symbols(node.meta.get("val"))
-
-
 class _Problem:
     """The integer program of one joint graph: variables ``save`` then ``recompute`` per node."""
 
-    def __init__(self, graph: fx.Graph, parts: JointParts) -> None:
+    def __init__(self, graph: fx.Graph, parts: JointParts, policy: ActivationPolicy | None) -> None:
         self.nodes = [n for n in graph.nodes if n.op != "output" and n not in parts.tangent_dependent]
         self.forward_required = ancestors([*parts.fwd_outputs, *parts.random_in_backward])
         index = {node: i for i, node in enumerate(self.nodes)}
@@ -180,7 +167,19 @@ class _Problem:
             [node_bytes(n) if ok and n.op != "placeholder" else 0.0 for n, ok in zip(self.nodes, saveable, strict=True)]
         )
         self.flops = np.array([float(node_flops(n)) if n in self.forward_required else 0.0 for n in self.nodes])
-        recomputable = [n.op != "placeholder" and not is_random(n) and _can_run_again(n) for n in self.nodes]
+        recomputable = [n.op != "placeholder" and not is_random(n) and can_run_again(n) for n in self.nodes]
+        if policy is not None:  # the user's word: a saved value is not recomputed, a recomputed one not saved
+            for i, node in enumerate(self.nodes):
+                decided = policy.choice(node) if node.op == "call_function" else None
+                if decided is None:
+                    continue
+                choice, must = decided
+                if choice is Choice.SAVE and saveable[i]:
+                    recomputable[i] = False
+                elif choice is Choice.RECOMPUTE and recomputable[i]:
+                    saveable[i] = False
+                elif choice is Choice.RECOMPUTE and must:
+                    refuse_must_recompute(node)
         self.upper = np.array([float(ok) for ok in saveable + recomputable])
 
     def solve(self, budget: int) -> tuple[list[bool], float]:
