@@ -114,3 +114,15 @@ def test_draw_with_its_own_generator_is_not_replayed():
     compiled = aot.aot_function(f, aot.nop, partition_fn=aot.min_cut_rematerialization_partition)
     compiled(torch.randn(4096, requires_grad=True)).sum().backward()
     assert not any(row.why == "replays a draw" for row in aot.inspect.saved_values(compiled))
+
+
+def test_replayed_graphs_are_cacheable(tmp_path):
+    aot.cache.clear()
+    before = aot.cache.stats().uncacheable
+    options = {"partition_fn": aot.min_cut_rematerialization_partition, "cache_dir": tmp_path}
+    out, grads, _ = _run(aot.aot_function(attention_dropout, aot.nop, **options), _args())
+    assert aot.cache.stats().uncacheable == before  # the op a replay runs is named in the key
+    assert aot.cache.stats().disk_writes >= 2
+    aot.cache.clear()
+    again, again_grads, _ = _run(aot.aot_function(attention_dropout, aot.nop, **options), _args())
+    assert torch.equal(out, again) and all(torch.equal(a, b) for a, b in zip(grads, again_grads, strict=True))
