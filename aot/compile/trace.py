@@ -111,7 +111,10 @@ def trace_joint(
         )
     num_primals = len(primals)
     names = [info.name for info in meta.input_info]
-    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
+    # Inputs whose new values the forward returns for a layer above to write back, or that it writes itself.
+    new_values = {int(out.new_value_of) for out in meta.output_info if out.new_value_of is not None}
+    new_values |= {i for i, info in enumerate(meta.input_info) if info.mutates_data}
+    descs: list[Any] = [Primal(GraphArg(i), info.name, i in new_values) for i, info in enumerate(meta.input_info)]
     descs += [Tangent(GraphOut(out)) for out in tangent_outs]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
@@ -151,8 +154,10 @@ def _trace_joint_once(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views), (
-            regenerated if regenerated is not None else contextlib.nullcontext()
+        with (
+            torch.set_grad_enabled(grad_mode),
+            _geometry_changes(meta, fresh_views),
+            regenerated if regenerated is not None else contextlib.nullcontext(),
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         if regenerated is not None:
