@@ -227,8 +227,10 @@ class AOTFunction:
         """Compile; under ``inference_mode``, trace with grad off but outside it.
 
         Inference tensors have no version counter, which meta collection reads to see
-        mutations; with grad off the traced semantics are inference mode's. The
-        compiled call itself runs in the caller's inference mode.
+        mutations: the fakes of the inputs are made outside inference mode, and only the
+        function itself runs inside it (``_caller_inference_mode``), where ``enable_grad``
+        records no built-in op and only autograd.Functions record. The compiled call itself
+        runs in the caller's inference mode.
         """
         with logs.silenced(not self.config.enable_log):
             if not torch.is_inference_mode_enabled():
