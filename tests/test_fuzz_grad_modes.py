@@ -247,7 +247,8 @@ def _set_under_enable_grad_then_data_fill_(a0, a1):
 
 def _complex_pair():
     s0 = _randn(4, 1, dtype=torch.complex64).requires_grad_()
-    return (s0 * 1, torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.complex64).requires_grad_())
+    s1 = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.complex64)
+    return (s0 * 1, s1.requires_grad_())
 
 
 CASES = {
