@@ -35,6 +35,7 @@ from aot.compile.partition import default_partition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
+from aot.hooks import any_hooked, call_with_hooks, refusing_hooks
 from aot.signature import input_signature
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from wrappers import Stage, compile_through, default_layers
@@ -126,6 +127,7 @@ class AOTFunction:
         leading_names: Sequence[str] = (),
         state_key: Callable[[], Hashable] | None = None,
         program_key: str | None = None,
+        module: torch.nn.Module | None = None,
     ) -> None:
         self.fn = fn
         self.config = config
@@ -134,6 +136,10 @@ class AOTFunction:
         self._state_key = state_key
         # Set when the program is a GraphModule: compiled entries may then persist across processes.
         self._program_key = program_key
+        # The module whose forward ``fn`` runs: its submodules' paths name them in errors.
+        self._module = module
+        # Modules the traces called: a hook added to one later must be refused, not dropped.
+        self._called_modules: list[torch.nn.Module] = []
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
         self._lock = threading.Lock()
 
@@ -155,6 +161,8 @@ class AOTFunction:
         key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
         if self._state_key is not None:
             key = (key, self._state_key())
+        if self._called_modules and any_hooked(self._called_modules):
+            key = (key, "hooked")  # traced again: the trace refuses the hook
         found = self._cache.get(key)
         if found is None:
             with self._lock:
@@ -181,6 +189,13 @@ class AOTFunction:
         names = _leaf_names(self.fn, args, kwargs)
         names[: len(self._leading_names)] = self._leading_names
         return names
+
+    def _module_name(self, module: torch.nn.Module) -> str:
+        if self._module is not None:
+            for path, sub in self._module.named_modules(remove_duplicate=False):
+                if sub is module and path:
+                    return f"submodule {path!r} ({type(module).__name__})"
+        return f"module {type(module).__name__}"
 
     def _flat(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec
@@ -210,7 +225,8 @@ class AOTFunction:
 
         names = self._names(args, kwargs)
         tensors = [leaves[i] for i in positions]
-        meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        with refusing_hooks(self._module_name, self._called_modules):
+            meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers
             infos = (dataclasses.replace(info, static=i < static) for i, info in enumerate(meta.input_info))
@@ -459,8 +475,9 @@ class AOTModule(torch.nn.Module):
         num = len(groups)
 
         def functional_call(*args: Any, **kwargs: Any) -> Any:
+            # The module's own hooks run around the compiled call, on the real tensors (``forward``).
             with _bound(groups, args[:num]):
-                return module(*args[num:], **kwargs)
+                return module.forward(*args[num:], **kwargs)
 
         submodules = [m for _, m in module.named_modules(remove_duplicate=False)]
 
@@ -468,7 +485,7 @@ class AOTModule(torch.nn.Module):
             return tuple(m.training for m in submodules)
 
         self._compiled = AOTFunction(
-            functional_call, config, leading_names=names, state_key=modes, program_key=program_key
+            functional_call, config, leading_names=names, state_key=modes, program_key=program_key, module=module
         )
         self._lazy = any(_uninitialized(m) for m in submodules)
 
@@ -494,6 +511,10 @@ class AOTModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._lazy:
             self._initialize_lazy(args, kwargs)
+        return call_with_hooks(self.orig_module, self._call_compiled, args, kwargs)
+
+    def _call_compiled(self, *args: Any, **kwargs: Any) -> Any:
+        # Parameters read after the pre-hooks: they may swap them (FSDP gathers the unsharded ones).
         return self._compiled(*self._current_tensors(), *args, **kwargs)
 
     def _initialize_lazy(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
