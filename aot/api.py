@@ -37,6 +37,7 @@ from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
 from aot.hooks import any_hooked, call_with_hooks, refusing_hooks
 from aot.signature import input_signature
+from aot.wrapped_scalars import scalar_inputs, specialized
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from wrappers import Stage, compile_through, default_layers
 
@@ -599,18 +600,36 @@ def aot_module_simplified(
         False,
         cache_dir,
     )
-    # The program is the graph itself: its canonical form keys whole entries across processes.
-    program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
-    compiled = AOTModule(mod, config, program_key=program)
+    positions = scalar_inputs(mod) if isinstance(mod, fx.GraphModule) else []
+    if not positions:
+        compiled = _simplified(mod, config)
 
-    def forward(*runtime_args: Any) -> Any:
-        return compiled(*runtime_args)
+        def forward(*runtime_args: Any) -> Any:
+            return compiled(*runtime_args)
+
+        forward.compiled = compiled.compiled  # type: ignore[attr-defined]
+    else:
+        per_value: dict[tuple[Any, ...], AOTModule] = {}
+
+        def forward(*runtime_args: Any) -> Any:
+            values = tuple(runtime_args[i].item() for i in positions)
+            found = per_value.get(values)
+            if found is None:
+                assert isinstance(mod, fx.GraphModule)
+                found = per_value[values] = _simplified(specialized(mod, positions, values), config)
+                forward.compiled = found.compiled  # type: ignore[attr-defined]  # the latest value's
+            return found(*runtime_args)
 
     forward.zero_grad = mod.zero_grad  # type: ignore[attr-defined]
     forward.named_parameters = mod.named_parameters  # type: ignore[attr-defined]
     forward.named_buffers = mod.named_buffers  # type: ignore[attr-defined]
-    forward.compiled = compiled.compiled  # type: ignore[attr-defined]
     return forward
+
+
+def _simplified(mod: torch.nn.Module, config: AOTConfig) -> AOTModule:
+    # The program is the graph itself: its canonical form keys whole entries across processes.
+    program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
+    return AOTModule(mod, config, program_key=program)
 
 
 def aot_export_joint(
