@@ -155,3 +155,64 @@ def dead_peer_worker(rank: int, world_size: int) -> None:
     if rank == 1:
         raise RuntimeError("rank 1 died")
     dist.all_reduce(torch.ones(1))
+
+
+def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """FSDP2 (``fully_shard``) per block of the demo GPT: eager, each block ``aot_module``-compiled inside,
+    and the whole sharded model under ``torch.compile(backend="aotfx")``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from aot.demo import GPTConfig, make_batches, make_model
+
+    torch._dynamo.reset()
+    mesh = init_device_mesh("cpu", (world_size,))
+    config = GPTConfig()
+    results: dict[str, Any] = {}
+    for name in ("eager", "aot_module inside", "aot_module outside", "torch.compile"):
+        model = make_model(config, seed=0)
+        for index, block in enumerate(model.blocks):
+            if name == "aot_module inside":  # FSDP's hooks on the compiled block
+                block = model.blocks[index] = aot.aot_module(block, aot.nop)
+            fully_shard(block, mesh=mesh)
+            if name == "aot_module outside":  # the sharded block compiled: aot_module runs FSDP's hooks around
+                model.blocks[index] = aot.aot_module(block, aot.nop)
+        fully_shard(model, mesh=mesh)
+        backend = CountingBackend([])
+        run = torch.compile(model, backend=backend) if name == "torch.compile" else model
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        losses = []
+        for inputs, targets in make_batches(config, seed=rank + 1, count=STEPS):
+            loss = run(inputs, targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.detach())
+        results[name] = {
+            "graphs": backend.graphs,
+            "entries": [len(block.compiled.entries) for block in model.blocks if isinstance(block, aot.AOTModule)],
+            "losses": torch.stack(losses),
+            "params": {key.replace("orig_module.", ""): _full(value) for key, value in model.state_dict().items()},
+        }
+    # aot_module over the whole sharded model: the blocks' FSDP hooks would run on fake tensors. Refused.
+    model = make_model(config, seed=0)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    inputs, targets = next(make_batches(config, seed=rank + 1, count=1))
+    try:
+        aot.aot_module(model, aot.nop)(inputs, targets)
+    except aot.errors.UnsupportedHookError as error:
+        results["whole model refused"] = str(error)
+    return results
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    """A sharded parameter's whole value (a DTensor's ``full_tensor``); a buffer as it is."""
+    full = getattr(value, "full_tensor", None)
+    return full() if full is not None else value
+
+
+def training_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Everything the distributed tests check, in one spawn (process start-up dominates their time)."""
+    return {"ddp": ddp_worker(rank, world_size), "fsdp": fsdp_worker(rank, world_size)}

@@ -1,9 +1,17 @@
-"""DDP through aotfx in 2 gloo processes: losses and parameters equal eager DDP's after 3 Adam steps.
+"""DDP and FSDP2 through aotfx in 2 gloo processes: losses and parameters equal eager's.
 
-``DDP(aot_module(m))`` and ``torch.compile(DDP(m), backend="aotfx")`` (buckets small enough
-that Dynamo's DDP optimizer splits the graph, each piece through aotfx), then 3 more steps
-accumulating two micro-batches under ``no_sync()``. One spawn runs every case (see
-``tests/distributed_workers.py``).
+DDP: ``DDP(aot_module(m))`` and ``torch.compile(DDP(m), backend="aotfx")`` (buckets small
+enough that Dynamo's DDP optimizer splits the graph, each piece through aotfx), 3 Adam
+steps, then 3 more accumulating two micro-batches under ``no_sync()``.
+
+FSDP2: ``fully_shard`` per block of the demo GPT, each block compiled by ``aot_module``
+(inside or outside ``fully_shard``: FSDP's hooks run around the compiled call on the real
+tensors, and the compiled graph sees the unsharded plain parameters), or the sharded model
+under ``torch.compile(backend="aotfx")`` (Dynamo runs FSDP's hooks eagerly and hands aotfx
+each block's forward). ``aot_module`` over the whole sharded model is refused, naming the
+sharded block and FSDP's hook.
+
+One spawn runs every case (see ``tests/distributed_workers.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import torch.distributed as dist
 from filelock import FileLock
 from torch.multiprocessing import ProcessRaisedException
 
-from tests.distributed_workers import STEPS, ddp_worker, dead_peer_worker, spawn
+from tests.distributed_workers import STEPS, dead_peer_worker, spawn, training_worker
 from tests.oracle import assert_close
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
@@ -25,14 +33,23 @@ SYNCED, NO_SYNC = 0, 1  # the two phases: their parameter snapshots
 
 
 @pytest.fixture(scope="module")
-def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Once per session even under pytest-xdist: the workers share the base temp dir's parent.
-    shared = tmp_path_factory.getbasetemp().parent / "ddp_results.pt"
+    shared = tmp_path_factory.getbasetemp().parent / "distributed_results.pt"
     with FileLock(f"{shared}.lock"):
         if not shared.exists():
-            results = spawn(ddp_worker, tmp_path_factory.mktemp("ddp"))
-            torch.save(results, shared)
+            torch.save(spawn(training_worker, tmp_path_factory.mktemp("distributed")), shared)
     return torch.load(shared, weights_only=False)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def ddp_results(results: dict[str, Any]) -> dict[str, Any]:
+    return results["ddp"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def fsdp_results(results: dict[str, Any]) -> dict[str, Any]:
+    return results["fsdp"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("name", ["aot_module", "torch.compile"])
@@ -85,6 +102,24 @@ def test_no_sync_micro_batch_hands_nothing_to_the_all_reduce(ddp_results: dict[s
         synced = _step_events(ddp_results[name], STEPS + 2 * step + 1)
         assert not any(e.startswith("bucket") for e in under_no_sync)
         assert sum(e.startswith("bucket") for e in synced) == 3
+
+
+@pytest.mark.parametrize("name", ["aot_module inside", "aot_module outside", "torch.compile"])
+def test_fsdp2_per_block_equals_eager_fsdp2(fsdp_results: dict[str, Any], name: str) -> None:
+    got, want = fsdp_results[name], fsdp_results["eager"]
+    assert_close(got["losses"], want["losses"], model=True)
+    assert sorted(got["params"]) == sorted(want["params"])
+    for key, value in want["params"].items():
+        assert_close(got["params"][key], value, model=True, msg=key)
+    if name == "torch.compile":
+        assert got["graphs"] >= 1  # each block's forward went through aotfx
+    else:
+        assert got["entries"] == [1, 1]  # each block compiled once, its graph run at every step
+
+
+def test_aot_module_over_a_sharded_model_refused_naming_block_and_fsdp_hook(fsdp_results: dict[str, Any]) -> None:
+    message = fsdp_results["whole model refused"]
+    assert "submodule 'blocks.0' (FSDPBlock)" in message and "_pre_forward" in message
 
 
 def test_dead_peer_fails_the_spawn_with_its_error(tmp_path: Any) -> None:
