@@ -35,7 +35,7 @@ from aot.compile.partition import default_partition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
-from aot.hooks import any_hooked, call_with_hooks, refusing_hooks
+from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
 from aot.wrapped_scalars import scalar_inputs, specialized
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
@@ -139,8 +139,9 @@ class AOTFunction:
         self._program_key = program_key
         # The module whose forward ``fn`` runs: its submodules' paths name them in errors.
         self._module = module
-        # Modules the traces called: a hook added to one later must be refused, not dropped.
+        # Modules the traces called, and their hook dicts: a hook added to one later must be refused, not dropped.
         self._called_modules: list[torch.nn.Module] = []
+        self._hook_tables: list[dict[int, Any]] = []
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
         self._lock = threading.Lock()
 
@@ -162,7 +163,7 @@ class AOTFunction:
         key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
         if self._state_key is not None:
             key = (key, self._state_key())
-        if self._called_modules and any_hooked(self._called_modules):
+        if any(self._hook_tables):
             key = (key, "hooked")  # traced again: the trace refuses the hook
         found = self._cache.get(key)
         if found is None:
@@ -190,6 +191,11 @@ class AOTFunction:
         names = _leaf_names(self.fn, args, kwargs)
         names[: len(self._leading_names)] = self._leading_names
         return names
+
+    def _adopt_modules(self, modules: Sequence[torch.nn.Module]) -> None:
+        """Watch ``modules`` too (called by a trace this function reuses) for hooks added later."""
+        self._called_modules += [m for m in modules if all(m is not seen for seen in self._called_modules)]
+        self._hook_tables = hook_tables(self._called_modules) if self._called_modules else []
 
     def _module_name(self, module: torch.nn.Module) -> str:
         if self._module is not None:
@@ -228,6 +234,7 @@ class AOTFunction:
         tensors = [leaves[i] for i in positions]
         with refusing_hooks(self._module_name, self._called_modules):
             meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers
             infos = (dataclasses.replace(info, static=i < static) for i, info in enumerate(meta.input_info))
@@ -259,6 +266,7 @@ class AOTFunction:
         reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused
+            self._adopt_modules(reused[0].extra.get("called_modules", ()))
             return reused  # type: ignore[no-any-return]
         start = time.perf_counter()
         _check_call(self.fn, args, kwargs)
@@ -302,6 +310,7 @@ class AOTFunction:
             for i, info in enumerate(entry.meta.input_info)
             if info.offset_sensitive
         )
+        entry.extra["called_modules"] = tuple(self._called_modules)
         self._cache[key] = (entry, convention)
         keys.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention

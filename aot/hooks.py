@@ -9,7 +9,7 @@ again: a silent wrong answer. So:
 - a module called inside the traced region that has hooks of its own, or any global
   module hook while one is called, is refused when tracing (:func:`refusing_hooks`),
   naming the module and the hook; the callers re-trace when such a hook is added
-  later (:func:`any_hooked`), so the refusal comes at that call instead of a drop;
+  later (:func:`hook_tables`), so the refusal comes at that call instead of a drop;
 - ``register_hook`` / ``register_post_accumulate_grad_hook`` on a tensor inside the
   traced region is refused likewise. Hooks registered on the real inputs before the
   call, or on the outputs after it, are ordinary autograd hooks and just work.
@@ -35,7 +35,7 @@ from torch.utils.hooks import BackwardHook
 
 from aot.errors import UnsupportedHookError
 
-__all__ = ["any_hooked", "call_with_hooks", "refusing_hooks"]
+__all__ = ["call_with_hooks", "hook_tables", "refusing_hooks"]
 
 _ADVICE = (
     "Register it on the compiled module itself (aot_module(m) runs m's own hooks on the real tensors), "
@@ -71,9 +71,20 @@ def _global_hooks() -> list[tuple[str, Any]]:
     return [(kind, hook) for kind, table in tables for hook in table.values() if not isinstance(hook, _Refuser)]
 
 
-def any_hooked(modules: Iterable[torch.nn.Module]) -> bool:
-    """Whether a module of ``modules`` has hooks now, or global module hooks are registered: re-trace, to refuse."""
-    return any(_own_hooks(module) for module in modules) or bool(_global_hooks())
+def hook_tables(modules: Iterable[torch.nn.Module]) -> list[dict[int, Any]]:
+    """The hook dicts of ``modules`` and the global module hook dicts: ``any(tables)`` at every call is cheap.
+
+    A non-empty one means a hook was added since the trace: re-trace, to refuse it.
+    """
+    tables = [
+        nn_module._global_forward_pre_hooks,
+        nn_module._global_forward_hooks,
+        nn_module._global_backward_hooks,
+        nn_module._global_backward_pre_hooks,
+    ]
+    for module in modules:
+        tables += [module._forward_pre_hooks, module._forward_hooks, module._backward_hooks, module._backward_pre_hooks]
+    return tables
 
 
 def call_with_hooks(
@@ -210,7 +221,7 @@ def refusing_hooks(names: Callable[[torch.nn.Module], str], called: list[torch.n
 
     Args:
         names: a module's name for the error (its path in the compiled module).
-        called: gets every module called inside, for :func:`any_hooked` at later calls.
+        called: gets every module called inside, for :func:`hook_tables` at later calls.
     """
     refuser = _Refuser(names, called)
     handle = nn_module.register_module_forward_pre_hook(refuser)

@@ -241,3 +241,17 @@ def test_torch_compile_aotfx_runs_module_and_tensor_hooks_as_eager() -> None:
         for _ in range(2):
             run(_x().requires_grad_()).backward()
     _same_logs(logs[1], logs[0])
+
+
+def test_hook_added_after_a_trace_reused_by_another_compiled_function_refused() -> None:
+    model = nn.Sequential(nn.Tanh(), nn.ReLU())  # no parameters: aot_function takes tensors as arguments only
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum()
+
+    aot.aot_function(loss, aot.nop)(_x())
+    reusing = aot.aot_function(loss, aot.nop)  # same function, same config: the trace is reused
+    reusing(_x())
+    model[1].register_forward_hook(lambda mod, args, out: None)
+    with pytest.raises(UnsupportedHookError, match=r"module ReLU has the forward hook"):
+        reusing(_x())
