@@ -31,6 +31,7 @@ from aot.compile.binding import defer_unbinding
 from aot.compile.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.compile.failures import trace_errors
 from aot.compile.fallbacks import fake_kernel_fallbacks, fallback_applies
+from aot.compile.memory_budget import ActivationMemoryBudget
 from aot.compile.partition import default_partition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
@@ -358,9 +359,14 @@ def _make_config(
     dynamic: bool,
     cache_dir: str | os.PathLike[str] | None = None,
     enable_log: bool = True,
+    activation_memory_budget: float | int | None = None,
 ) -> AOTConfig:
     if dynamic:
         raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
+    if activation_memory_budget is not None:
+        if partition_fn is not None:
+            raise ValueError("pass partition_fn or activation_memory_budget, not both (the budget is a partitioner)")
+        partition_fn = ActivationMemoryBudget(activation_memory_budget)
     return AOTConfig(
         fw_compiler=fw_compiler,
         bw_compiler=bw_compiler or fw_compiler,
@@ -387,6 +393,7 @@ def aot_function(
     dynamic: bool = False,
     enable_log: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
 ) -> AOTFunction:
     """Compile ``fn`` ahead of time: trace forward and backward, hand each graph to its compiler.
 
@@ -406,6 +413,10 @@ def aot_function(
         enable_log: False: compiling this function logs nothing on the ``aot.*`` channels.
         cache_dir: persistent compile cache (``aot.cache``) for warm starts in new
             processes; default ``$AOTFX_CACHE_DIR``, unset: in-process cache only.
+        activation_memory_budget: at most this many bytes of activations saved for the
+            backward (an int), or this fraction of what the default partitioner saves (a
+            float in [0, 1]); the plan recomputing the fewest FLOPs is chosen
+            (``aot.compile.memory_budget``). Replaces ``partition_fn``.
 
     Returns:
         A callable with ``fn``'s calling convention that behaves as ``fn`` does
@@ -422,6 +433,7 @@ def aot_function(
         dynamic,
         cache_dir,
         enable_log,
+        activation_memory_budget,
     )
     return AOTFunction(fn, config)
 
@@ -557,12 +569,13 @@ def aot_module(
     *,
     dynamic: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
 ) -> AOTModule:
     """Compile ``mod``'s forward ahead of time; its parameters and buffers become graph inputs.
 
     Gradients land in the parameters' ``.grad`` as in eager. Parameters are read
     at every call, so optimizer steps (in place) and replaced parameters are seen.
-    ``cache_dir`` as in :func:`aot_function`.
+    ``cache_dir`` and ``activation_memory_budget`` as in :func:`aot_function`.
     """
     config = _make_config(
         fw_compiler,
@@ -574,6 +587,7 @@ def aot_module(
         inference_compiler,
         dynamic,
         cache_dir,
+        activation_memory_budget=activation_memory_budget,
     )
     return AOTModule(mod, config)
 
@@ -589,6 +603,7 @@ def aot_module_simplified(
     inference_compiler: Compiler | None = None,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
     **_ignored: Any,
 ) -> Callable[..., Any]:
     """The entry a ``torch.compile`` backend calls: returns ``forward(*runtime_args)``.
@@ -608,6 +623,7 @@ def aot_module_simplified(
         inference_compiler,
         False,
         cache_dir,
+        activation_memory_budget=activation_memory_budget,
     )
     positions = scalar_inputs(mod) if isinstance(mod, fx.GraphModule) else []
     if not positions:

@@ -27,6 +27,7 @@ def make_backend(
     decompositions: Any = None,
     inference_compiler: Callable[..., Any] | None = None,
     keep_inference_input_mutations: bool = True,
+    activation_memory_budget: float | int | None = None,
 ) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
     """A ``torch.compile`` backend that runs aotfx around the given compilers.
 
@@ -37,6 +38,7 @@ def make_backend(
     captured graph to ``aot_module_simplified``, which traces, functionalizes and
     partitions it and gives the forward and backward graphs to the compilers. As torch's
     backends do, inference graphs write mutated inputs themselves (``keep_inference_input_mutations``).
+    ``activation_memory_budget`` as in :func:`aot.aot_function` (it replaces ``partition_fn``).
     """
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -50,6 +52,7 @@ def make_backend(
             table,
             keep_inference_input_mutations,
             inference_compiler=inference_compiler,
+            activation_memory_budget=activation_memory_budget,
         )
 
     return backend

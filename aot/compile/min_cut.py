@@ -38,12 +38,20 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aot.compile.partition import JointParts, ancestors, computed_from, is_random, is_tangent, split_joint
+from aot.compile.partition import (
+    JointParts,
+    ancestors,
+    computed_from,
+    is_random,
+    is_tangent,
+    split_joint,
+    written_by_forward,
+)
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
+__all__ = ["RECOMPUTABLE", "REDUCTIONS", "is_recomputable", "min_cut_rematerialization_partition", "node_bytes"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -111,7 +119,7 @@ def _hint(size: int | torch.SymInt) -> int:
     return int(hint)
 
 
-def _is_recomputable(node: fx.Node) -> bool:
+def is_recomputable(node: fx.Node) -> bool:
     """Cheap and safe to run again: pointwise, a view, or in :data:`RECOMPUTABLE`; never random or mutating."""
     if node.op == "get_attr":
         return True  # a constant of the module: reading it again is free
@@ -175,11 +183,14 @@ def min_cut_rematerialization_partition(
         pinned = (
             node.op == "placeholder"
             or is_random(node)
-            or (node in required_forward and not (_is_recomputable(node) and not _shrinks(node)))
+            or (node in required_forward and not (is_recomputable(node) and not _shrinks(node)))
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
-        flow.add_edge(_in(node), _out(node), capacity=_capacity(node, scale))
+        # An input the forward writes holds new values by the backward: saved only where the backward
+        # reads it itself (as eager's does), never to recompute from.
+        unreadable = written_by_forward(node) and not any(user in tangent_dependent for user in node.users)
+        flow.add_edge(_in(node), _out(node), capacity=INF if unreadable else _capacity(node, scale))
         for user in node.users:
             if user.op != "output":
                 flow.add_edge(_out(node), _in(user), capacity=INF)
