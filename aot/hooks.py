@@ -30,7 +30,6 @@ from torch.nn.modules import module as nn_module
 from torch.nn.utils.prune import BasePruningMethod
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
-from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import BackwardHook
 
 from aot.errors import UnsupportedHookError
@@ -200,19 +199,57 @@ class _Refuser:
             )
 
 
-class _RefuseTensorHooks(TorchFunctionMode):
-    """Refuses ``Tensor.register_hook`` inside the traced region."""
+class _TensorHookGuard:
+    """Refuses ``Tensor.register_hook`` (and the post-accumulate variant) in threads that are tracing.
 
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if getattr(func, "__name__", "") in _TENSOR_HOOK_METHODS:
-            hook = (list(args[1:]) + list((kwargs or {}).values()) or [None])[0]
-            raise UnsupportedHookError(
-                f"Tensor.{func.__name__}({hook_name(hook)}) inside the compiled function: the hook would run on "
-                "fake gradients while tracing and never on a real call. Register it on the input before the "
-                "call or on the output after it, or use torch.compile(backend='aotfx'), whose front end runs "
-                "tensor hooks itself."
-            )
-        return func(*args, **(kwargs or {}))
+    The methods are wrapped only while some thread traces (a count under a lock), and the
+    wrapper refuses only in a tracing thread: elsewhere it is the original method. (A
+    torch-function mode would see the call too, but turns on library code paths made for
+    tensor subclasses, so the trace would no longer follow eager's path.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._originals: dict[str, Any] = {}
+        self._tracing = threading.local()
+
+    def _wrapped(self, method: str) -> Callable[..., Any]:
+        original = self._originals[method]
+
+        def refuse_while_tracing(tensor: torch.Tensor, hook: Any) -> Any:
+            if getattr(self._tracing, "depth", 0):
+                raise UnsupportedHookError(
+                    f"Tensor.{method}({hook_name(hook)}) inside the compiled function: the hook would run on "
+                    "fake gradients while tracing and never on a real call. Register it on the input before the "
+                    "call or on the output after it, or use torch.compile(backend='aotfx'), whose front end "
+                    "runs tensor hooks itself."
+                )
+            return original(tensor, hook)
+
+        return refuse_while_tracing
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                for method in _TENSOR_HOOK_METHODS:
+                    self._originals[method] = getattr(torch.Tensor, method)
+                    setattr(torch.Tensor, method, self._wrapped(method))
+            self._users += 1
+        self._tracing.depth = getattr(self._tracing, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._tracing.depth -= 1
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    for method, original in self._originals.items():
+                        setattr(torch.Tensor, method, original)
+
+
+_TENSOR_HOOKS = _TensorHookGuard()
 
 
 @contextlib.contextmanager
@@ -228,7 +265,7 @@ def refusing_hooks(names: Callable[[torch.nn.Module], str], called: list[torch.n
     pre_hooks: Any = nn_module._global_forward_pre_hooks  # an OrderedDict
     pre_hooks.move_to_end(handle.id, last=False)
     try:
-        with _RefuseTensorHooks():
+        with _TENSOR_HOOKS.active():
             yield
     finally:
         handle.remove()
