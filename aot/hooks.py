@@ -44,6 +44,10 @@ _ADVICE = (
 # torch's hooks that recompute a parameter-derived attribute (weight = g * v / |v|): outside the graph
 # the weight would be a constant to it. Their parametrizations counterparts trace as ordinary code.
 _ATTRIBUTE_HOOKS = (WeightNorm, SpectralNorm, BasePruningMethod)
+_PARAMETRIZE = (
+    "Use torch.nn.utils.parametrizations (weight_norm, spectral_norm) or torch.nn.utils.parametrize "
+    "instead; those trace."
+)
 _TENSOR_HOOK_METHODS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
 
 
@@ -158,8 +162,7 @@ def _refuse_untraceable(module: torch.nn.Module) -> None:
             raise UnsupportedHookError(
                 f"{type(module).__name__} has the hook {hook_name(hook)}, which recomputes a weight from the "
                 "parameters before each call: aotfx cannot run it on the real tensors and keep the weight a "
-                "function of the parameters in the graph. Use torch.nn.utils.parametrizations "
-                "(weight_norm, spectral_norm) or torch.nn.utils.parametrize instead; those trace."
+                "function of the parameters in the graph. " + _PARAMETRIZE
             )
 
 
@@ -172,14 +175,15 @@ class _Refuser:
     def __init__(self, names: Callable[[torch.nn.Module], str], called: list[torch.nn.Module]) -> None:
         self.names = names
         self.called = called
+        self.seen = {id(module) for module in called}
         self.thread = threading.get_ident()
 
     def __call__(self, module: torch.nn.Module, args: Any) -> None:
         if threading.get_ident() != self.thread:
             return
-        if all(module is not seen for seen in self.called):
+        if id(module) not in self.seen:
+            self.seen.add(id(module))
             self.called.append(module)
-        where = self.names(module)
         for kind, table in (
             ("forward pre-hook", module._forward_pre_hooks),
             ("forward hook", module._forward_hooks),
@@ -188,15 +192,29 @@ class _Refuser:
         ):
             for hook in table.values():
                 raise UnsupportedHookError(
-                    f"{where} has the {kind} {hook_name(hook)}, and it is called inside the compiled "
-                    f"function: the hook would run on fake tensors while tracing and never on a real call. " + _ADVICE
+                    f"{self.names(module)} has the {kind} {hook_name(hook)}, and it is called inside the compiled "
+                    "function: the hook would run on fake tensors while tracing and never on a real call. "
+                    + _advice(hook)
                 )
         for kind, hook in _global_hooks():
             raise UnsupportedHookError(
-                f"the global module {kind} {hook_name(hook)} would run on {where} inside the compiled "
+                f"the global module {kind} {hook_name(hook)} would run on {self.names(module)} inside the compiled "
                 "function, on fake tensors while tracing and never on a real call. Remove it while compiling, "
                 "or use torch.compile(backend='aotfx'), whose front end runs hooks itself."
             )
+
+
+def _advice(hook: Any) -> str:
+    """What works instead, for this hook."""
+    if isinstance(hook, _ATTRIBUTE_HOOKS):
+        return _PARAMETRIZE
+    owner = type(getattr(hook, "__self__", None)).__module__
+    if owner.startswith("torch.distributed.fsdp"):
+        return (
+            "FSDP2 shards this module: compile each sharded module on its own instead "
+            "(aot_module before or after fully_shard), or torch.compile the sharded model."
+        )
+    return _ADVICE
 
 
 class _TensorHookGuard:

@@ -120,6 +120,7 @@ def test_fsdp2_per_block_equals_eager_fsdp2(fsdp_results: dict[str, Any], name: 
 def test_aot_module_over_a_sharded_model_refused_naming_block_and_fsdp_hook(fsdp_results: dict[str, Any]) -> None:
     message = fsdp_results["whole model refused"]
     assert "submodule 'blocks.0' (FSDPBlock)" in message and "_pre_forward" in message
+    assert "aot_module before or after fully_shard" in message
 
 
 def test_dead_peer_fails_the_spawn_with_its_error(tmp_path: Any) -> None:

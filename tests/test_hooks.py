@@ -172,6 +172,9 @@ def test_old_weight_norm_refused_parametrizations_weight_norm_equals_eager() -> 
     old = torch.nn.utils.weight_norm(nn.Linear(3, 2))
     with pytest.raises(UnsupportedHookError, match="parametrizations"):
         aot.aot_module(old, aot.nop)(_x())
+    inside = nn.Sequential(torch.nn.utils.weight_norm(nn.Linear(3, 2)), nn.Tanh())
+    with pytest.raises(UnsupportedHookError, match=r"submodule '0' \(Linear\).*WeightNorm.*parametrizations"):
+        aot.aot_module(inside, aot.nop)(_x())
     torch.manual_seed(0)
     model = nn.Sequential(torch.nn.utils.parametrizations.weight_norm(nn.Linear(3, 2)), nn.Tanh())
     reference = copy.deepcopy(model)
