@@ -12,8 +12,9 @@ computed from a tangent), each with two binary choices, ``save[n]`` and ``recomp
 - a recomputed value's inputs are saved or recomputed: ``save[m] + recompute[m] >= recompute[n]``;
 - an input the function writes is saved only where the backward reads it itself: by the
   backward it holds the new values, so nothing may be recomputed from it;
-- graph inputs and random ops are never recomputed (a second draw would differ), ops that
-  write memory or make data-dependent sizes neither; a tuple cannot be saved as one value;
+- graph inputs are never recomputed, ops that write memory or make data-dependent sizes neither;
+  a random draw is, from the generator state the forward saves (``aot.compile.rng_replay``: its
+  bytes count as saved); a tuple cannot be saved as one value;
 - the saved activations fit: ``sum(bytes[n] * save[n]) <= budget``.
 
 It minimizes the recomputed FLOPs (``torch.utils.flop_counter``'s formulas for matmuls,
@@ -32,7 +33,6 @@ The plan is in the forward graph's ``meta["activation_plan"]`` (:class:`MemoryPl
 from __future__ import annotations
 
 import math
-import operator
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils.flop_counter import flop_registry
 
-from aot.compile.min_cut import node_bytes
+from aot.compile.min_cut import can_run_again, node_bytes
 from aot.compile.partition import (
     JointParts,
     ancestors,
@@ -53,6 +52,8 @@ from aot.compile.partition import (
     split_joint,
     written_by_forward,
 )
+from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
+from aot.compile.rng_replay import STATE_BYTES, replay_draws, replayable
 
 __all__ = ["TIME_LIMIT_S", "ActivationMemoryBudget", "MemoryPlan", "node_flops"]
 
@@ -97,7 +98,7 @@ class ActivationMemoryBudget:
         parts = JointParts.of(joint_module, num_fwd_outputs)
         default_bytes = _activation_bytes(default_saved(parts))
         budget = int(self.budget * default_bytes) if isinstance(self.budget, float) else self.budget
-        problem = _Problem(joint_module.graph, parts)
+        problem = _Problem(joint_module.graph, parts, policy_of(joint_module))
         save, gap = problem.solve(budget)
         saved_set = {node for node, chosen in zip(problem.nodes, save, strict=True) if chosen}
         backward_nodes = ancestors(parts.grads, stop=saved_set) | set(parts.tangents)
@@ -105,10 +106,11 @@ class ActivationMemoryBudget:
         forward_nodes = ancestors([*parts.fwd_outputs, *saved, *parts.random_in_backward]) | set(parts.primals)
         recomputed = [n for n in joint_module.graph.nodes if n in backward_nodes and n in problem.forward_required]
         forward, backward = split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
+        replay_draws(forward, backward, [node.name for node in recomputed if is_random(node)])
         forward.meta["activation_plan"] = MemoryPlan(
             budget_bytes=budget,
             default_bytes=default_bytes,
-            saved_bytes=_activation_bytes(saved),
+            saved_bytes=_activation_bytes(saved) + STATE_BYTES * sum(is_random(node) for node in recomputed),
             recompute_flops=sum(node_flops(node) for node in recomputed),
             gap=gap,
             saved=tuple(node.name for node in saved),
@@ -140,22 +142,10 @@ def node_flops(node: fx.Node) -> int:
     return max((int(val.numel()) for val in values if isinstance(val, torch.Tensor)), default=1)
 
 
-def _can_run_again(node: fx.Node) -> bool:
-    if node.op != "call_function":
-        return node.op == "get_attr"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
-            return False
-    elif target is not operator.getitem and not isinstance(node.meta.get("val"), (torch.SymInt, int, bool)):
-        return False
-    return not free_unbacked_symbols(node.meta.get("val"))
-
-
 class _Problem:
     """The integer program of one joint graph: variables ``save`` then ``recompute`` per node."""
 
-    def __init__(self, graph: fx.Graph, parts: JointParts) -> None:
+    def __init__(self, graph: fx.Graph, parts: JointParts, policy: ActivationPolicy | None) -> None:
         self.nodes = [n for n in graph.nodes if n.op != "output" and n not in parts.tangent_dependent]
         self.forward_required = ancestors([*parts.fwd_outputs, *parts.random_in_backward])
         index = {node: i for i, node in enumerate(self.nodes)}
@@ -180,14 +170,30 @@ class _Problem:
             [node_bytes(n) if ok and n.op != "placeholder" else 0.0 for n, ok in zip(self.nodes, saveable, strict=True)]
         )
         self.flops = np.array([float(node_flops(n)) if n in self.forward_required else 0.0 for n in self.nodes])
-        recomputable = [n.op != "placeholder" and not is_random(n) and _can_run_again(n) for n in self.nodes]
+        # A random draw runs again from the generator state the forward saves (``aot.compile.rng_replay``).
+        recomputable = [n.op != "placeholder" and (can_run_again(n) or replayable(n)) for n in self.nodes]
+        self.state_bytes = np.array(
+            [float(STATE_BYTES) if is_random(n) and ok else 0.0 for n, ok in zip(self.nodes, recomputable, strict=True)]
+        )
+        if policy is not None:  # the user's word: a saved value is not recomputed, a recomputed one not saved
+            for i, node in enumerate(self.nodes):
+                decided = policy.choice(node) if node.op == "call_function" else None
+                if decided is None:
+                    continue
+                choice, must = decided
+                if choice is Choice.SAVE and saveable[i]:
+                    recomputable[i] = False
+                elif choice is Choice.RECOMPUTE and recomputable[i]:
+                    saveable[i] = False
+                elif choice is Choice.RECOMPUTE and must:
+                    refuse_must_recompute(node)
         self.upper = np.array([float(ok) for ok in saveable + recomputable])
 
     def solve(self, budget: int) -> tuple[list[bool], float]:
         """The saved set of the least-FLOPs plan under ``budget`` (the least-bytes plan if none fits)."""
         count = self.count
         zeros = np.zeros(count)
-        save_bytes = np.concatenate([self.bytes, zeros])
+        save_bytes = np.concatenate([self.bytes, self.state_bytes])  # a replayed draw saves its state
         recompute_flops = np.concatenate([zeros, self.flops])
         least = self._milp(save_bytes, [])
         if least is None:

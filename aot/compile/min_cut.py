@@ -13,9 +13,12 @@ weighted by its bytes (from its fake ``meta["val"]``):
 - what the backward must compute (nodes reading a tangent) hangs off the sink,
   and so does each gradient output;
 - what the backward may not recompute hangs off the source: the primals, random
-  ops (a second draw would differ), and every op the forward needs that is not
-  cheap and safe to run again (matmuls, convolutions, anything not in
+  ops that cannot be replayed (a second draw would differ), and every op the forward
+  needs that is not cheap and safe to run again (matmuls, convolutions, anything not in
   :data:`RECOMPUTABLE`, reductions that shrink their input more than 4x);
+- a CPU draw can be run again from the generator state before it
+  (``aot.compile.rng_replay``): its node hangs off the source through an edge of the
+  state's bytes, so the cut saves the state where that is cheaper than the draw;
 - a cut edge ``n_in -> n_out`` is a saved value; the backward recomputes whatever
   lies between the saved values and the gradients.
 
@@ -47,11 +50,20 @@ from aot.compile.partition import (
     split_joint,
     written_by_forward,
 )
+from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
+from aot.compile.rng_replay import STATE_BYTES, replay_draws, replayable
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["RECOMPUTABLE", "REDUCTIONS", "is_recomputable", "min_cut_rematerialization_partition", "node_bytes"]
+__all__ = [
+    "RECOMPUTABLE",
+    "REDUCTIONS",
+    "can_run_again",
+    "is_recomputable",
+    "min_cut_rematerialization_partition",
+    "node_bytes",
+]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -140,6 +152,33 @@ def is_recomputable(node: fx.Node) -> bool:
     return target is aten.sym_size.int or target is aten.sym_numel.default or target is aten.sym_stride.int
 
 
+def _policy_choice(policy: ActivationPolicy | None, node: fx.Node) -> Choice | None:
+    """The policy's word on ``node`` where it can be followed (a must that cannot is an error)."""
+    decided = None if policy is None or node.op != "call_function" else policy.choice(node)
+    if decided is None:
+        return None
+    choice, must = decided
+    if choice is Choice.RECOMPUTE and not (replayable(node) or can_run_again(node)):
+        if must:
+            refuse_must_recompute(node)
+        return None
+    return choice
+
+
+def can_run_again(node: fx.Node) -> bool:
+    """Deterministic, writes nothing, makes no data-dependent size: the backward may run it again
+    (at a cost: a matmul is not *cheap* to run again, see :func:`is_recomputable`)."""
+    if node.op != "call_function":
+        return node.op == "get_attr"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+            return False
+    elif target is not operator.getitem and not isinstance(node.meta.get("val"), (torch.SymInt, int, bool)):
+        return False
+    return not free_unbacked_symbols(node.meta.get("val"))
+
+
 def _shrinks(node: fx.Node) -> bool:
     """A reduction whose result is more than 4x smaller than its inputs: cheap to save, costly to recompute."""
     if not isinstance(node.target, torch._ops.OpOverload) or node.target.overloadpacket not in REDUCTIONS:
@@ -167,6 +206,7 @@ def min_cut_rematerialization_partition(
     parts = JointParts.of(joint_module, num_fwd_outputs)
     tangent_dependent = parts.tangent_dependent
     required_forward = ancestors([*parts.fwd_outputs, *parts.random_in_backward])
+    policy = policy_of(joint_module)
 
     # Bytes scaled so that a unit added to each view's weight only breaks ties: of two equal cuts,
     # the one saving a base rather than its view (the backward rebuilds the view for free).
@@ -180,17 +220,24 @@ def min_cut_rematerialization_partition(
         if node in tangent_dependent:
             flow.add_edge(_in(node), "sink", capacity=INF)
             continue
+        choice = _policy_choice(policy, node)
+        cheap = is_recomputable(node) and not _shrinks(node)
+        replay = replayable(node) and choice is not Choice.SAVE
         pinned = (
             node.op == "placeholder"
-            or is_random(node)
-            or (node in required_forward and not (is_recomputable(node) and not _shrinks(node)))
+            or (is_random(node) and not replay)
+            or (node in required_forward and (choice is Choice.SAVE or (not cheap and choice is None and not replay)))
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
+        if replay:  # run again in the backward from its generator state, saved by the forward
+            flow.add_edge("source", _in(node) + "_state", capacity=INF)
+            flow.add_edge(_in(node) + "_state", _in(node), capacity=STATE_BYTES * scale)
         # An input the forward writes holds new values by the backward: saved only where the backward
-        # reads it itself (as eager's does), never to recompute from.
+        # reads it itself (as eager's does), never to recompute from. A value the policy recomputes: never saved.
         unreadable = written_by_forward(node) and not any(user in tangent_dependent for user in node.users)
-        flow.add_edge(_in(node), _out(node), capacity=INF if unreadable else _capacity(node, scale))
+        unsaved = unreadable or (choice is Choice.RECOMPUTE and not pinned)
+        flow.add_edge(_in(node), _out(node), capacity=INF if unsaved else _capacity(node, scale))
         for user in node.users:
             if user.op != "output":
                 flow.add_edge(_out(node), _in(user), capacity=INF)
@@ -211,6 +258,7 @@ def min_cut_rematerialization_partition(
     forward_nodes = ancestors([*parts.fwd_outputs, *saved, *parts.random_in_backward]) | set(parts.primals)
     backward_nodes = ancestors(parts.grads, stop=set(saved)) | set(parts.tangents)
     forward, backward = split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
+    replay_draws(forward, backward, [node.name for node in backward_nodes if is_random(node)])
     _recompute_where_used(backward)
     return forward, backward
 
