@@ -37,6 +37,7 @@ from meta.overlap import (
     order_dependent_read,
 )
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
+from meta.storage_set import STORAGE_SET_OPS, StorageOwners
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -291,6 +292,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
+        self._storage_owners = StorageOwners(alias_sources)
 
     def node(self, tensor: torch.Tensor) -> _Node:
         found = self.nodes.get(id(tensor))
@@ -342,14 +344,17 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             version = -1 if initial_version is None else first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
-        if func in (_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset):
+        func, args, kwargs = self._storage_owners.as_tensor_set(func, args, kwargs)
+        if func in STORAGE_SET_OPS:
             raise UnsupportedMutationError(
-                f"{func}: set_() onto an UntypedStorage cannot be traced (a graph has no storage values); "
-                "set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, offset))"
+                f"{func}: set_() onto an UntypedStorage no tensor of the function holds cannot be traced (a graph "
+                "has no storage values); set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, "
+                "offset))"
             )
         if self._source_storages:
             self._note_storage_use(func, [*args, *kwargs.values()])
         out = func(*args, **kwargs)
+        self._storage_owners.note([out])
         if set_from is not None and first is not None:
             self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:

@@ -254,15 +254,60 @@ def test_not_refused_without_gradients(name):
         check(fn, make, backward=False)
 
 
-def test_set_onto_storage_refused():
-    """``set_(storage, offset, size, stride)``: a graph has no storage values; refused, naming the op."""
+# set_() onto the storage of a tensor the function knows: traced as a set_() onto that tensor, by strides.
+def _onto_input_storage(a, b):
+    with torch.no_grad():
+        a.set_(b.untyped_storage(), 1, (2,), (1,))
+    return a * 2, b
 
-    def fn(a, b):
+
+def _onto_intermediate_storage_grad_mode(a, b):
+    c = b * 3
+    a.set_(c.untyped_storage(), c.storage_offset(), c.shape, c.stride())
+    return a, c
+
+
+def _onto_whole_storage_then_write(a, b):
+    c = b[1:] * 3
+    a.set_(c.untyped_storage())
+    a.add_(1)
+    return (a.sum() + b.sum(),)
+
+
+STORAGE_FORM = {
+    "onto_input_storage": (_onto_input_storage, lambda: (torch.zeros(3), torch.arange(4.0))),
+    "onto_intermediate_storage_grad_mode": (
+        _onto_intermediate_storage_grad_mode,
+        lambda: (torch.zeros(3), torch.arange(4.0, requires_grad=True)),
+    ),
+    "onto_whole_storage_then_write": (
+        _onto_whole_storage_then_write,
+        lambda: (torch.zeros(3), torch.arange(4.0, requires_grad=True)),
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(STORAGE_FORM))
+def test_set_onto_storage_of_a_tensor(name, mode):
+    fn, make = STORAGE_FORM[name]
+    if mode == "training":
+        check(fn, make)
+        return
+    with torch.inference_mode() if mode == "inference_mode" else torch.no_grad():
+        check(fn, make, backward=False)
+
+
+def test_set_onto_storage_of_no_tensor_refused():
+    """``set_(storage, ...)`` onto a storage the function made itself: a graph has no storage values;
+    refused, naming the op, before anything is written."""
+
+    def fn(a):
         with torch.no_grad():
-            a.set_(b.untyped_storage(), 1, (2,), (1,))
+            a.set_(torch.UntypedStorage(16), 0, (2,), (1,))
         return a * 2
 
-    args = (torch.zeros(3), torch.arange(4.0))
+    args = (torch.zeros(3),)
     with pytest.raises(UnsupportedMutationError, match="source_Storage"):
         aot.aot_function(fn, aot.nop)(*args)
     assert args[0].shape == (3,) and args[0]._version == 0
