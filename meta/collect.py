@@ -122,6 +122,7 @@ _INPLACE_VIEW_METHODS = frozenset(
         "set_",
     }
 )
+_RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
 _SET_OPS = frozenset(
     {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
@@ -198,7 +199,12 @@ class FreshViews(TorchFunctionMode):
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
             if torch.is_grad_enabled() and args[0].requires_grad:
                 self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
-        if (self._changed or self._changed_bases) and not own_object:
+        if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
+            # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
+            # requiring grad) is off: so is it here, the collection and the trace running outside it.
+            with torch.inference_mode():
+                out = func(*args, **kwargs)
+        elif (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first
@@ -588,8 +594,10 @@ def collect_meta(
             with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
                 outs = list(flat_fn(*fakes))
             recorder.settle()
-        except Exception:
-            if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
+        except Exception as error:
+            # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
+            resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require grad" in str(error)
+            if needs_fresh_views or not (resize_refused or any(w.metadata_only for w in recorder.writes)):
                 raise
             continue
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
