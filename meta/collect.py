@@ -603,7 +603,13 @@ def collect_meta(
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
             break
 
-    if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+    # Only outputs with a history differentiate the moved input (a returned leaf has none); under the
+    # caller's inference_mode none has (collection runs outside it, under no_grad, where an enable_grad
+    # region makes outputs with history).
+    differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
+        isinstance(o, torch.Tensor) and o.requires_grad and not _is_leaf(o) for o in outs
+    )
+    if recorder.set_refusal is not None and differentiated:
         _refuse_set(*recorder.set_refusal, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
     # Each data write's root: the input it went through (its memory outside the input's elements too).

@@ -47,3 +47,48 @@ INFERENCE_MODE_ONLY = {
 @pytest.mark.parametrize("name", sorted(INFERENCE_MODE_ONLY))
 def test_inference_mode(name):
     _run(*INFERENCE_MODE_ONLY[name], "inference_mode")
+
+
+# set_() under no_grad of an input requiring grad to another geometry, where nothing with a history
+# follows it: under the caller's inference_mode (nothing requires grad there, whatever enable_grad says),
+# or returning only leaves under no_grad.
+def _leaf_onto_other_then_as_strided(a0, a1, a2):
+    with torch.no_grad():
+        a2.set_(a0.detach())
+    a0.as_strided_((2,), (2,), 0)
+    return (a0, a1, a2, sum(t.real.sum() for t in (a0, a1, a2)))
+
+
+def _three_leaves():
+    g = _gen()
+    i0 = torch.randn(4, 1, generator=g).requires_grad_()
+    i1 = torch.randn(4, 3, generator=g, dtype=torch.complex64).t().detach().requires_grad_()
+    i2 = torch.randn((), generator=g).expand(2).detach().requires_grad_()
+    return i0, i1, i2
+
+
+def _onto_other_then_enable_grad(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.detach())
+    with torch.enable_grad():
+        v0 = a0 * 2
+    return v0, a0
+
+
+def _leaf_and_view_requiring_grad():
+    g = _gen()
+    return torch.randn(4, 1, generator=g).requires_grad_(), (torch.randn(8, generator=g).requires_grad_() * 1)[1:7]
+
+
+MOVED_NOTHING_FOLLOWS = {
+    "leaf_onto_other_then_as_strided": (_leaf_onto_other_then_as_strided, _three_leaves, ("no_grad", "inference_mode")),
+    "onto_other_then_enable_grad": (_onto_other_then_enable_grad, _leaf_and_view_requiring_grad, ("inference_mode",)),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"), [(name, mode) for name, (_, _, modes) in sorted(MOVED_NOTHING_FOLLOWS.items()) for mode in modes]
+)
+def test_moved_input_nothing_follows(name, mode):
+    fn, make, _ = MOVED_NOTHING_FOLLOWS[name]
+    _run(fn, make, mode)
