@@ -49,9 +49,9 @@ def test_inference_mode(name):
     _run(*INFERENCE_MODE_ONLY[name], "inference_mode")
 
 
-# set_() under no_grad of an input requiring grad to another geometry, where nothing with a history
-# follows it: under the caller's inference_mode (nothing requires grad there, whatever enable_grad says),
-# or returning only leaves under no_grad.
+# set_() under no_grad of an input requiring grad, where nothing with a history follows it to another
+# geometry: under the caller's inference_mode (nothing requires grad there, whatever enable_grad says),
+# returning only leaves under no_grad, or in the same geometry.
 def _leaf_onto_other_then_as_strided(a0, a1, a2):
     with torch.no_grad():
         a2.set_(a0.detach())
@@ -67,6 +67,8 @@ def _three_leaves():
     return i0, i1, i2
 
 
+# The input's working alias is no view made under no_grad (eager's input is none): an enable_grad region
+# reads it after its set_() as eager reads the input (was: autograd refused the no_grad view).
 def _onto_other_then_enable_grad(a0, a1):
     with torch.no_grad():
         a0.set_(a1.detach())
@@ -77,12 +79,12 @@ def _onto_other_then_enable_grad(a0, a1):
 
 def _leaf_and_view_requiring_grad():
     g = _gen()
-    return torch.randn(4, 1, generator=g).requires_grad_(), (torch.randn(8, generator=g).requires_grad_() * 1)[1:7]
+    return torch.randn(6, generator=g).requires_grad_(), (torch.randn(8, generator=g).requires_grad_() * 1)[0:6]
 
 
 MOVED_NOTHING_FOLLOWS = {
     "leaf_onto_other_then_as_strided": (_leaf_onto_other_then_as_strided, _three_leaves, ("no_grad", "inference_mode")),
-    "onto_other_then_enable_grad": (_onto_other_then_enable_grad, _leaf_and_view_requiring_grad, ("inference_mode",)),
+    "onto_other_then_enable_grad": (_onto_other_then_enable_grad, _leaf_and_view_requiring_grad, ("no_grad",)),
 }
 
 

@@ -110,8 +110,11 @@ class MetadataMutation:
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
-            for arg_idx in mutated:
-                working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
+            # Taken in grad mode whatever the caller's: eager's input is no view made under no_grad, which
+            # autograd would refuse to read in an enable_grad region once its geometry changed in place.
+            with torch.enable_grad():
+                for arg_idx in mutated:
+                    working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly.
