@@ -596,7 +596,7 @@ def collect_meta(
             recorder.settle()
         except Exception as error:
             # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
-            resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require grad" in str(error)
+            resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require" in str(error)
             if needs_fresh_views or not (resize_refused or any(w.metadata_only for w in recorder.writes)):
                 raise
             continue
@@ -635,8 +635,17 @@ def collect_meta(
             if not recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]:
                 absolute.add(storage_key(out))  # rebuilt by strides, at an absolute offset
 
+    # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
+    # again from the caller's tensor once it is moved.
+    moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
+    after_set = set()
+    for out in outs:
+        root = recorder.chain_to_root(out, lambda t: id(t) in input_position)[0]
+        if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
+            after_set.add(id(out))
     storage_set_to = [
-        _new_storage(fake, key, initial_storages, outs) for fake, (key, _) in zip(fakes, initial_storages, strict=True)
+        _new_storage(fake, key, initial_storages, [None if id(o) in after_set else o for o in outs])
+        for fake, (key, _) in zip(fakes, initial_storages, strict=True)
     ]
     input_info = tuple(
         _input_info(
@@ -728,6 +737,11 @@ def collect_meta(
                 output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
+            continue
+        if id(root) in input_position and id(out) in after_set:
+            base = input_position[id(root)]
+            chain = _from_moved_geometry(chain, root, initial_geometry[base], root_geometry)
+            output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, after_set=True))
             continue
         if id(root) in input_position:
             base = input_position[id(root)]
@@ -935,11 +949,24 @@ def _made_by_custom_function(tensor: torch.Tensor) -> bool:
         return False
 
 
+def _from_moved_geometry(
+    chain: tuple[ViewStep, ...],
+    root: torch.Tensor,
+    initial: tuple[tuple[int, ...], tuple[int, ...], int],
+    geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None,
+) -> tuple[ViewStep, ...]:
+    """``chain`` of a view of a moved input, its first step from the geometry the input had then, with the
+    offset relative to the input's final one (the caller's tensor is moved before the view is taken again)."""
+    size, stride, offset = geometry if geometry is not None else initial
+    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - int(root.storage_offset())))
+    return (first, *chain[1:])
+
+
 def _new_storage(
     fake: torch.Tensor,
     initial_key: int,
     initial_storages: Sequence[tuple[int, tuple[int, int]]],
-    outs: Sequence[torch.Tensor],
+    outs: Sequence[torch.Tensor | None],
 ) -> tuple[str, int] | None:
     """Where ``set_()`` moved an input: another input's storage, an output's, or one made inside."""
     key = storage_key(fake)

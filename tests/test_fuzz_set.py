@@ -94,3 +94,66 @@ MOVED_NOTHING_FOLLOWS = {
 def test_moved_input_nothing_follows(name, mode):
     fn, make, _ = MOVED_NOTHING_FOLLOWS[name]
     _run(fn, make, mode)
+
+
+# Class 1: a view of an input taken after set_() moved the input to other memory is a view of the caller's
+# tensor in its new memory (was: taken from the old memory; its new memory taken from the view).
+def _onto_own_clone_then_view(a0):
+    a0.set_(a0.clone())
+    v0 = a0.unsqueeze(0)
+    return (v0,)
+
+
+def _views_before_and_after(a0):
+    v = a0.t()
+    a0.set_(a0.clone())
+    v0 = a0.unsqueeze(0)
+    return v, v0, a0
+
+
+def _onto_other_input_then_view(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1)
+    v0 = a0[1:]
+    return v0, a1
+
+
+def _onto_intermediate_then_view(a0, a1):
+    c = a1 * 2
+    with torch.no_grad():
+        a0.set_(c)
+    v0 = a0[1:]
+    return v0, c
+
+
+def _onto_clone_transposed_then_view_written(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.detach().clone())
+        a0.t_()
+    v0 = a0[1:]
+    v0.mul_(2)
+    return v0, a0.sum()
+
+
+def _complex_strided():
+    return (torch.randn(2, 8, generator=_gen(), dtype=torch.complex64)[:, 1::3],)
+
+
+def _strided_and_transposed():
+    g = _gen()
+    return torch.randn(2, 8, generator=g)[:, 1::3], torch.randn(4, 3, generator=g).t()
+
+
+VIEW_AFTER_SET = {
+    "onto_own_clone_then_view": (_onto_own_clone_then_view, _complex_strided),
+    "views_before_and_after": (_views_before_and_after, _complex_strided),
+    "onto_other_input_then_view": (_onto_other_input_then_view, _strided_and_transposed),
+    "onto_intermediate_then_view": (_onto_intermediate_then_view, _strided_and_transposed),
+    "onto_clone_transposed_then_view_written": (_onto_clone_transposed_then_view_written, _strided_and_transposed),
+}
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(VIEW_AFTER_SET))
+def test_view_after_set(name, mode):
+    _run(*VIEW_AFTER_SET[name], mode)

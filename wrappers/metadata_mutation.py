@@ -41,7 +41,14 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
-from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
+from meta.view_and_mutation import (
+    InputAliasInfo,
+    OutputAliasInfo,
+    OutputType,
+    TensorSpec,
+    ViewAndMutationMeta,
+    replay_views,
+)
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version
@@ -84,7 +91,8 @@ class MetadataMutation:
         if not mutated:
             return outer
         split = OutputSplit.of(
-            meta, lambda info: info.output_type == OutputType.IS_INPUT and info.base_input in mutated
+            meta,
+            lambda info: info.after_set or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated),
         )
         self._split = split
         flat_fn = outer.fn
@@ -233,9 +241,9 @@ class MetadataMutation:
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
             inner_outs = inner_outs[:num_kept]
 
-            def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
+            def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor | None:
                 assert info.base_input is not None
-                return args[info.base_input]
+                return None if info.after_set else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
             for target, v, (arg_idx, info) in zip(targets, versions, final, strict=True):
@@ -264,6 +272,11 @@ class MetadataMutation:
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
+            made: dict[int, torch.Tensor] = {}
+            for out_idx, out_info in enumerate(meta.output_info):
+                if out_info.after_set:  # taken from the caller's tensor in its new memory
+                    assert out_info.base_input is not None
+                    outs[out_idx] = replay_views(args[out_info.base_input], out_info.view_chain, made)
             return outs
 
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
