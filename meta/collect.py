@@ -358,7 +358,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 "offset))"
             )
         if self._source_storages:
-            self._note_storage_use(func, [*args, *kwargs.values()])
+            # A set_() leaves its target's memory: where the target sat in it no longer matters.
+            used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
+            self._note_storage_use(func, used)
         out = func(*args, **kwargs)
         self._storage_owners.note([out])
         if set_from is not None and first is not None:

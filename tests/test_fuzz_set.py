@@ -157,3 +157,43 @@ VIEW_AFTER_SET = {
 @pytest.mark.parametrize("name", sorted(VIEW_AFTER_SET))
 def test_view_after_set(name, mode):
     _run(*VIEW_AFTER_SET[name], mode)
+
+
+# Class 22: set_() leaves its target's memory, so where the target sat in it does not tie it to the inputs
+# sharing that storage (was: merged with an input the function made require grad, the target required grad
+# too, and its set_() under grad mode left a history backward cannot pass).
+def _write_set_onto_clone_requires_grad(a0, a1):
+    a0.mul_(2)
+    a1.set_(a0.clone())
+    a0.requires_grad = True
+    return (a0.sum() + a1.sum(),)
+
+
+def _s22_program(a0, a1):
+    a0.masked_fill_(torch.arange(24).view((4, 6)) % 2 == 0, 2.0)
+    a1.set_(a0.clone())
+    a0.requires_grad = True
+    with torch.enable_grad():
+        torch.mul(a1.detach(), 2, out=a1.detach())
+    with torch.no_grad():
+        a1.squeeze_()
+        with torch.no_grad():
+            v1 = a1.diagonal()
+    return (sum(t.real.sum() for t in (a0, a1, v1)),)
+
+
+def _two_views_of_one_storage():
+    s0 = torch.randn(72, generator=_gen())
+    return s0[24:48].view(4, 6), s0[48:72].view(4, 6)
+
+
+SET_LEAVES_STORAGE = {
+    "write_set_onto_clone_requires_grad": (_write_set_onto_clone_requires_grad, _two_views_of_one_storage),
+    "s3_class22": (_s22_program, _two_views_of_one_storage),
+}
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(SET_LEAVES_STORAGE))
+def test_set_leaves_storage(name, mode):
+    _run(*SET_LEAVES_STORAGE[name], mode)
