@@ -166,6 +166,8 @@ class FreshViews(TorchFunctionMode):
         # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
         # view's history), so elements the old geometry does not span get no gradient.
         self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Views set_() moved to other memory under no_grad (their history is taken again from their base).
+        self._moved_under_no_grad: set[int] = set()
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -176,8 +178,20 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
-        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
-            return tensor
+        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory
+            if id(tensor) not in self._moved_under_no_grad or not base.requires_grad:
+                return tensor
+            # Under no_grad: eager takes its history again from its base in its geometry, which autograd on
+            # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
+            with torch.enable_grad():
+                fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+            version = fresh._version
+            with torch.no_grad():
+                fresh.set_(tensor)  # type: ignore[call-overload]
+            torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # no write of the caller's
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
         through = base
         for size, stride, offset in self._recorded.get(id(tensor), ()):
             through = through.as_strided(size, stride, offset)
@@ -222,6 +236,10 @@ class FreshViews(TorchFunctionMode):
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
+            if name == "set_":
+                (self._moved_under_no_grad.discard if torch.is_grad_enabled() else self._moved_under_no_grad.add)(
+                    id(args[0])
+                )
         for tensor in changed:
             if tensor._is_view():
                 self._changed[id(tensor)] = tensor
@@ -284,6 +302,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
         # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
         self.set_refusal: tuple[Any, torch.Tensor] | None = None
+        # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then.
+        self.moved_history: dict[int, int] = {}
+        # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
+        self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
         # The sources' version counters as last seen, and, per source, the clock of the last data write
         # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
@@ -419,12 +441,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
         its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
         new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
-        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, or
-        no output has a gradient (``collect_meta`` decides, after the run)."""
+        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, no
+        output has a gradient (``collect_meta`` decides, after the run), or the input is a view of a base
+        requiring grad, which the MetadataMutation layer then hands the function."""
         # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
         if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
+        if id(tensor) in self._alias_sources and self._bases_as_called.get(id(tensor)) == _base_state(tensor):
+            # An input that is a view of a base requiring grad: the MetadataMutation layer hands the function
+            # that base, from which later uses take the input's history again (``InputAliasInfo.moves_history``).
+            self.moved_history.setdefault(id(tensor), self.clock)
+            return
         if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
             self.set_refusal = (func, tensor)
 
@@ -611,8 +639,15 @@ def collect_meta(
     differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
         isinstance(o, torch.Tensor) and o.requires_grad and not _is_leaf(o) for o in outs
     )
+    for fake, real in zip(fakes, flat_args, strict=True):
+        # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
+        if id(fake) in recorder.moved_history and (real._base is None or not real._base.requires_grad):
+            del recorder.moved_history[id(fake)]
+            recorder.set_refusal = recorder.set_refusal or (_aten.set_.source_Tensor, fake)
     if recorder.set_refusal is not None and differentiated:
         _refuse_set(*recorder.set_refusal, fakes, names)
+    if differentiated:
+        _refuse_moved_then_written(recorder, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
     # Each data write's root: the input it went through (its memory outside the input's elements too).
     write_roots = [
@@ -666,6 +701,7 @@ def collect_meta(
             set_to,
             _history(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
+            id(fake) in recorder.moved_history,
         )
         for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
             names,
@@ -782,6 +818,38 @@ def collect_meta(
     )
 
 
+def _base_state(tensor: torch.Tensor) -> tuple[int, Any] | None:
+    """For a view of a base requiring grad, within the base's storage: the base and its history. Eager takes
+    the view's history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``), which a
+    stand-in can too while the base is the caller's as it was (no write under grad mode changed it)."""
+    base = tensor._base
+    if base is None or not base.requires_grad or base.dtype != tensor.dtype:
+        return None
+    if storage_extent(tensor)[1] * tensor.element_size() > base.untyped_storage().nbytes():
+        return None
+    return id(base), base.grad_fn
+
+
+def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+    """Refuse a write under grad mode into an input after set_() moved its history: eager records it as a
+    write into the input's base (whose history the caller sees change), which the graph cannot give the base."""
+    for i, fake in enumerate(fakes):
+        since = recorder.moved_history.get(id(fake))
+        if since is None:
+            continue
+        for write in recorder.writes:
+            # Through the input (or a view of its base taken after): writes through other tensors, or through
+            # ones autograd does not track (``.data``), leave its base's history alone, in eager too.
+            through = write.tensor is fake or (write.tensor._base is not None and write.tensor._base is fake._base)
+            recorded = write.grad_enabled and write.tensor.requires_grad and not write.metadata_only
+            if write.seq > since and recorded and through and write.hits(fake):
+                raise UnsupportedMutationError(
+                    f"input {i} ({names[i]}) is written in place under grad mode after set_() under no_grad moved "
+                    "it: eager records the write into the history of the input's base, which the compiled function "
+                    "cannot give the caller's base; clone() the input after the set_()"
+                )
+
+
 def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
     root = tensor._base if tensor._base is not None else tensor
     which = [
@@ -883,6 +951,7 @@ def _input_info(
     storage_set_to: tuple[str, int] | None,
     history_rewritten: bool,
     storage_grown_to: int,
+    moves_history: bool,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -929,6 +998,7 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         storage_grown_to=storage_grown_to,
+        moves_history=moves_history,
     )
 
 

@@ -167,6 +167,9 @@ class InputAliasInfo:
     # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
     # size in bytes after the call; 0 when it keeps its size.
     storage_grown_to: int = 0
+    # ``set_()`` under no_grad moved the input, a view of a base requiring grad, to another geometry: eager
+    # takes its history again from the base in the new geometry, so later uses differentiate the base there.
+    moves_history: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False

@@ -5,8 +5,9 @@ Eager's rules the programs pin down: after ``t.set_(source)`` the tensor ``t`` h
 not require grad; under grad mode set_'s, which has no derivative: backward raises);
 it sits at ``source``'s absolute offset, so a write through it lands there, also
 when both share the caller's storage. An input requiring grad that ``set_()`` moves
-under no_grad is refused: eager's later gradients follow the caller's tensor into
-its new place, which the graph cannot reproduce.
+under no_grad takes eager's later gradients with it: a view's history is taken again
+from its base in the new geometry (supported: the function gets the base); a leaf's
+gradient takes the new shape (refused).
 """
 
 from __future__ import annotations
@@ -226,11 +227,32 @@ REFUSED = {
         _leaf_onto_other,
         lambda: (torch.randn(4, 1, generator=_gen()).requires_grad_(), torch.randn(3, 4).requires_grad_()),
     ),
+}
+
+
+# An input that is a view of a base requiring grad: eager takes its history again from the base in the new
+# geometry (at the new storage's offsets); the function gets the base, later uses take stand-ins from it.
+def _view_onto_arange(a0):
+    with torch.no_grad():
+        a0.set_(torch.arange(6.0).view(2, 3))
+    return (a0 * a0).sum(), a0.t()
+
+
+MOVED_VIEWS = {
     "offset_view_onto_own_clone": (
         _view_onto_own_clone,
         lambda: (torch.randn(10, generator=_gen()).requires_grad_()[5:10],),
     ),
+    "view_of_non_leaf_onto_arange": (
+        _view_onto_arange,
+        lambda: ((torch.randn(10, generator=_gen()).requires_grad_() * 1)[5:10],),
+    ),
 }
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_VIEWS))
+def test_moved_view_follows_its_base(name):
+    check(*MOVED_VIEWS[name])
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
