@@ -178,10 +178,11 @@ class FreshViews(TorchFunctionMode):
             return tensor
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
-        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory
-            if id(tensor) not in self._moved_under_no_grad or not base.requires_grad:
+        if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
+            moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
+            if not (moved_under_no_grad or id(base) in self._changed_bases):
                 return tensor
-            # Under no_grad: eager takes its history again from its base in its geometry, which autograd on
+            # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
             with torch.enable_grad():
                 fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
