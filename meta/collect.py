@@ -449,7 +449,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
-        if id(tensor) in self._alias_sources and self._bases_as_called.get(id(tensor)) == _base_state(tensor):
+        leaf_same_shape = tensor.is_leaf and before[1][0] == tuple(tensor.shape)
+        base = _base_state(tensor)
+        if id(tensor) in self._alias_sources and (
+            leaf_same_shape or (base is not None and self._bases_as_called.get(id(tensor)) == base)
+        ):
             # An input that is a view of a base requiring grad: the MetadataMutation layer hands the function
             # that base, from which later uses take the input's history again (``InputAliasInfo.moves_history``).
             self.moved_history.setdefault(id(tensor), self.clock)
@@ -642,7 +646,8 @@ def collect_meta(
     )
     for fake, real in zip(fakes, flat_args, strict=True):
         # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
-        if id(fake) in recorder.moved_history and (real._base is None or not real._base.requires_grad):
+        movable = real.is_leaf or (real._base is not None and real._base.requires_grad)
+        if id(fake) in recorder.moved_history and not movable:
             del recorder.moved_history[id(fake)]
             recorder.set_refusal = recorder.set_refusal or (_aten.set_.source_Tensor, fake)
     if recorder.set_refusal is not None and differentiated:
@@ -819,16 +824,17 @@ def collect_meta(
     )
 
 
-def _base_state(tensor: torch.Tensor) -> tuple[int, Any] | None:
-    """For a view of a base requiring grad, within the base's storage: the base and its history. Eager takes
-    the view's history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``), which a
-    stand-in can too while the base is the caller's as it was (no write under grad mode changed it)."""
+def _base_state(tensor: torch.Tensor) -> int | None:
+    """For a view of a base requiring grad, within the base's storage: the base. Eager takes the view's
+    history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``), which a stand-in can
+    too while it is the caller's base (requiring grad when the call starts; writes into it since are in its
+    history inside the graph, the synthetic-base layer making both views of one base)."""
     base = tensor._base
     if base is None or not base.requires_grad or base.dtype != tensor.dtype:
         return None
     if storage_extent(tensor)[1] * tensor.element_size() > base.untyped_storage().nbytes():
         return None
-    return id(base), base.grad_fn
+    return id(base)
 
 
 def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:

@@ -278,3 +278,29 @@ def test_moved_then_written_under_grad_mode_refused():
     with pytest.raises(UnsupportedMutationError, match="written in place under grad mode after set_"):
         aot.aot_function(fn, aot.nop)(a0)
     assert torch.equal(before[0], a0) and before[1:] == (a0.shape, a0.stride(), a0.storage_offset(), a0._version)
+
+
+# A leaf requiring grad moved to another geometry of its shape (strides, offset): eager's AccumulateGrad
+# takes the gradients of later uses element by element, as it takes those of uses before.
+def _leaf_moved_onto_its_transpose(a0, a1, a2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v0 = a2 @ a2.mT
+    v1 = a1.transpose(0, -1)
+    a1.detach().clamp_(min=-0.5)
+    v2 = a1.narrow(-1, 1, 1)
+    with torch.no_grad():
+        a1.set_(v1.detach())
+    return (sum(t.real.sum() for t in (a0, a1, a2, v0, v1, v2)),)
+
+
+def _int_leaf_and_strided_leaf():
+    g = _gen()
+    i0 = torch.randint(-4, 5, (2, 2), generator=g)
+    i1 = torch.randn(2, 2, generator=g).requires_grad_()
+    i2 = torch.randn(11, generator=g)[6:10].view(2, 2).detach().requires_grad_()
+    return i0, i1, i2
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+def test_leaf_moved_within_its_shape(mode):
+    _run(_leaf_moved_onto_its_transpose, _int_leaf_and_strided_leaf, mode)

@@ -120,8 +120,10 @@ class MetadataMutation:
             inner_args[arg_idx] = _restrided_leaf(arg, meta.input_info[arg_idx])
 
         # Inputs whose history set_() moves: the function also gets their bases (last), to take it again from.
-        moved = tuple(i for i in mutated if meta.input_info[i].moves_history)
+        moved = tuple(i for i in mutated if meta.input_info[i].moves_history and not meta.input_info[i].is_leaf)
         self._moved = moved
+        # Leaves: later uses reach the input itself, element by element (its shape stays).
+        moved_leaves = tuple(i for i in mutated if meta.input_info[i].moves_history and meta.input_info[i].is_leaf)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
 
@@ -140,8 +142,9 @@ class MetadataMutation:
                 working[arg_idx] = args[arg_idx].as_strided(
                     size, stride, args[arg_idx].storage_offset() + relative_offset
                 )
-            bases_of = {id(working[i]): (working[i], base) for i, base in zip(moved, bases, strict=True)}
-            with _MovedHistories(bases_of) if moved else contextlib.nullcontext():
+            bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
+            bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
+            with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
                 outs = list(flat_fn(*working))
             return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
 
@@ -333,16 +336,18 @@ class _MovedHistories(TorchFunctionMode):
     input under no_grad. The same memory, with the history eager takes again for the moved view, so later
     uses differentiate the base where eager's do; in-place geometry changes still apply to the input."""
 
-    def __init__(self, bases: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(self, bases: dict[int, tuple[torch.Tensor, torch.Tensor, bool]]) -> None:
         super().__init__()
-        self._bases = bases  # id(input) -> (input, its base)
-        self._moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._bases = bases  # id(input) -> (input, its base or, a leaf, itself, whether it is a leaf)
+        self._moved: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         found = self._moved.get(id(value))
         if found is None or found[0] is not value:
             return value
-        base = found[1]
+        _, base, leaf = found
+        if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
+            return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         with torch.enable_grad():
             stand_in = base.as_strided(value.shape, value.stride(), value.storage_offset())
         version = stand_in._version
@@ -373,6 +378,18 @@ class _MovedHistories(TorchFunctionMode):
         out = func(*((first, *rest) if args else ()), **kwargs_in)
         # An in-place op returns its argument: the function's object, not the stand-in.
         return args[0] if args and out is first and first is not args[0] else out
+
+
+class _GradientTo(torch.autograd.Function):
+    """``value`` (an alias of its memory) whose gradient goes to ``leaf``, of the same shape, as it is."""
+
+    @staticmethod
+    def forward(ctx: Any, leaf: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return value.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
 
 
 # What a stand-in must not replace: the input object's own state and geometry.
