@@ -130,11 +130,8 @@ class MetadataMutation:
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
             args, bases = all_args[:num_inputs], all_args[num_inputs:]
             working = list(args)
-            # Taken in grad mode whatever the caller's: eager's input is no view made under no_grad, which
-            # autograd would refuse to read in an enable_grad region once its geometry changed in place.
-            with torch.enable_grad():
-                for arg_idx in mutated:
-                    working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
+            for arg_idx in mutated:
+                working[arg_idx] = _alias_as_made(args[arg_idx])
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly.
@@ -305,6 +302,19 @@ class MetadataMutation:
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
         grown = _growing_storages(run, self._grown) if self._grown else run
         return _setting_requires_grad(grown, self._requires_grad_set)
+
+
+def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
+    """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
+    that is no view is no view made under no_grad, which an enable_grad region could not read once its
+    geometry changed), then marked as made where ``arg`` was made, if a view."""
+    with torch.enable_grad():
+        alias: torch.Tensor = torch.ops.aten.alias.default(arg)
+    if arg._base is not None and alias.requires_grad and not arg.is_inference():
+        creation = torch._C._autograd._get_creation_meta(arg)
+        if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
+            torch._C._autograd._set_creation_meta(alias, creation)
+    return alias
 
 
 def _retake_view_history(target: torch.Tensor) -> None:
