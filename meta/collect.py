@@ -449,7 +449,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
-        leaf_same_shape = tensor.is_leaf and before[1][0] == tuple(tensor.shape)
+        # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
+        leaf_same_shape = tensor._base is None and _is_leaf(tensor) and before[1][0] == tuple(tensor.shape)
         base = _base_state(tensor)
         if id(tensor) in self._alias_sources and (
             leaf_same_shape or (base is not None and self._bases_as_called.get(id(tensor)) == base)
