@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import corresponding_real_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -141,6 +142,24 @@ def _is_view_attribute(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
 
 
+def _reinterpreted(
+    base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> torch.Tensor | None:
+    """A view of ``base`` in ``dtype`` with ``geometry`` (in ``dtype``'s elements), history reaching
+    ``base``; None where ``dtype`` is no view of ``base``'s (as_strided keeps the dtype; a complex view
+    of real memory is ``view_as_complex`` of its real pairs, a real one of complex memory is taken
+    from ``view_as_real``)."""
+    size, stride, offset = geometry
+    if base.dtype == dtype:
+        return base.as_strided(size, stride, offset)
+    if dtype.is_complex and base.dtype == corresponding_real_dtype(dtype):
+        pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
+        return torch.view_as_complex(pairs)
+    if base.is_complex() and dtype == corresponding_real_dtype(base.dtype):
+        return torch.view_as_real(base).as_strided(size, stride, offset)
+    return None
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -170,16 +189,17 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
-            return tensor
+        if _reinterpreted(base, tensor.dtype, _geometry(tensor)) is None:
+            return tensor  # a dtype no view of the base reaches
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
         if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
             return tensor
         through = base
-        for size, stride, offset in self._recorded.get(id(tensor), ()):
-            through = through.as_strided(size, stride, offset)
-        fresh = through.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
+            through = _reinterpreted(through, tensor.dtype, geometry)
+        assert through is not None
+        fresh = through
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -900,7 +920,7 @@ def _input_info(
 def _is_leaf(tensor: torch.Tensor) -> bool:
     try:
         return bool(tensor.is_leaf)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 
@@ -912,7 +932,7 @@ def _history(tensor: torch.Tensor) -> Any:
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:
     try:
         return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 

@@ -29,8 +29,18 @@ def _clamp_out_of_transpose(a0):
     return ()
 
 
+def _complex_view_then_t_(a0):
+    # class 24: a complex view of an input transposed in place, then made to require grad: the view's
+    # history is taken again from the transposed input (view_as_complex of its real pairs).
+    v0 = torch.view_as_complex(a0.unflatten(-1, (3, 2)))
+    a0.t_()
+    a0.requires_grad_()
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
+    "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 MODES = ["training", "no_grad", "inference_mode"]
