@@ -38,8 +38,38 @@ def _complex_view_then_t_(a0):
     return (sum(t.real.sum() for t in (a0, v0)),)
 
 
+def _as_strided_of_set_alias(a0):
+    # class 12: as_strided_() of a detach() alias set_() onto the input changes the alias's geometry,
+    # not the input's: functionalization takes it as a view of the input.
+    v0 = a0.detach()
+    v0.set_(a0)
+    v4 = a0[1:]
+    with torch.set_grad_enabled(False):
+        v0.as_strided_((2,), (0,), 0)
+    return (sum(t.real.sum() for t in (a0, v0, v4)),)
+
+
+def _expanded_int_args():
+    return (torch.randint(-4, 5, (1, 4), generator=torch.Generator().manual_seed(0)).expand(2, 4),)
+
+
+def _complex_view_of_resized(a0, a1):
+    # class 15: a complex view taken before an out= resize of its base under no_grad, read after.
+    v0 = torch.view_as_complex(a0.unflatten(-1, (2, 2)))
+    v1 = a1.real
+    with torch.no_grad():
+        torch.clamp(v1, min=0, out=a0)
+    return (sum(t.real.sum() for t in (a0, a1, v0, v1)),)
+
+
+def _complex_view_of_resized_args():
+    return (_randn(2, 3, 4, grad=True) * 1, _randn(2, 2, grad=True, dtype=torch.complex64))
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
+    "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
+    "complex_view_of_resized": (_complex_view_of_resized, _complex_view_of_resized_args),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
