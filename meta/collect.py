@@ -713,6 +713,13 @@ def collect_meta(
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
                     step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
+                    if out.requires_grad and not _history_of_set(out):
+                        # set_() under no_grad kept the tensor's own history: the graph computes it, the
+                        # epilogue puts it on a tensor set_() onto the caller's input.
+                        step = dataclasses.replace(step, grad_enabled=False)
+                        alias = ComputedAlias(base, (step,), in_place=True)
+                        output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
+                        continue
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
@@ -781,6 +788,11 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
         "of its later uses follow the caller's tensor into its new place, which the compiled graph cannot "
         "reproduce; set_() a tensor that does not require grad, or copy_() the values instead"
     )
+
+
+def _history_of_set(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s history is the one ``set_()`` leaves under grad mode (it has no derivative)."""
+    return type(tensor.grad_fn).__name__ == "NotImplemented"
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:

@@ -16,6 +16,21 @@ import torch
 from tests.oracle import check
 
 
+class ScaledBySaved(torch.autograd.Function):
+    """Scales by the sum of a saved second argument, which its backward doubles in place."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * scale.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        scale.mul_(2)
+        return grad * scale.sum(), None
+
+
 def _randn(*shape: int, grad: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     t = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
     return t.requires_grad_() if grad else t
@@ -66,10 +81,25 @@ def _complex_view_of_resized_args():
     return (_randn(2, 3, 4, grad=True) * 1, _randn(2, 2, grad=True, dtype=torch.complex64))
 
 
+def _function_output_set_onto_input(a0):
+    # class 9: set_() under no_grad keeps the output's history (the Function's), its memory the input's:
+    # the graph computes the history, the epilogue puts it on a tensor set_() onto the caller's input.
+    v0 = ScaledBySaved.apply(a0, a0)
+    with torch.no_grad():
+        v0.set_(a0.detach())
+    return (v0,)
+
+
+def _column_of_leaf():
+    s0 = _randn(24, grad=True)
+    return (s0[1:13].view(3, 4)[:, 1],)
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
     "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
     "complex_view_of_resized": (_complex_view_of_resized, _complex_view_of_resized_args),
+    "function_output_set_onto_input": (_function_output_set_onto_input, _column_of_leaf),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
