@@ -142,22 +142,28 @@ def _is_view_attribute(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
 
 
+def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
+    if base == dtype:
+        return True
+    if dtype.is_complex:
+        return base == corresponding_real_dtype(dtype)
+    return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
 def _reinterpreted(
     base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
-) -> torch.Tensor | None:
-    """A view of ``base`` in ``dtype`` with ``geometry`` (in ``dtype``'s elements), history reaching
-    ``base``; None where ``dtype`` is no view of ``base``'s (as_strided keeps the dtype; a complex view
-    of real memory is ``view_as_complex`` of its real pairs, a real one of complex memory is taken
-    from ``view_as_real``)."""
+) -> torch.Tensor:
+    """A view of ``base`` in ``dtype`` (``_reinterpretable``) with ``geometry`` (in ``dtype``'s elements),
+    history reaching ``base``: as_strided keeps the dtype; a complex view of real memory is
+    ``view_as_complex`` of its real pairs, a real one of complex memory is taken from ``view_as_real``."""
     size, stride, offset = geometry
     if base.dtype == dtype:
         return base.as_strided(size, stride, offset)
-    if dtype.is_complex and base.dtype == corresponding_real_dtype(dtype):
+    if dtype.is_complex:
         pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
         return torch.view_as_complex(pairs)
-    if base.is_complex() and dtype == corresponding_real_dtype(base.dtype):
-        return torch.view_as_real(base).as_strided(size, stride, offset)
-    return None
+    return torch.view_as_real(base).as_strided(size, stride, offset)
 
 
 class FreshViews(TorchFunctionMode):
@@ -189,17 +195,15 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        if _reinterpreted(base, tensor.dtype, _geometry(tensor)) is None:
+        if not _reinterpretable(base.dtype, tensor.dtype):
             return tensor  # a dtype no view of the base reaches
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
         if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
             return tensor
-        through = base
+        fresh = base
         for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
-            through = _reinterpreted(through, tensor.dtype, geometry)
-        assert through is not None
-        fresh = through
+            fresh = _reinterpreted(fresh, tensor.dtype, geometry)
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
