@@ -122,6 +122,8 @@ _INPLACE_VIEW_METHODS = frozenset(
         "set_",
     }
 )
+# ``set_``'s out-of-place twins, as a recorded step of a view chain.
+_SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
 _SET_OPS = frozenset(
     {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
@@ -708,7 +710,10 @@ def collect_meta(
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
-        if not chain:
+        # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
+        set_onto = out._base is None and storage_key(out) in input_storage
+        set_onto = set_onto and any(step.op in _SET_TWINS for step in chain)
+        if not chain or set_onto:
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]

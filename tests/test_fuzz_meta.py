@@ -95,11 +95,28 @@ def _column_of_leaf():
     return (s0[1:13].view(3, 4)[:, 1],)
 
 
+def _data_alias_set_onto_other_input(a0, a1):
+    # class 11: a .data alias of one input set_() onto another of the same storage is returned: it holds
+    # the caller's memory (no view), rebuilt on it, not a copy.
+    v0 = a1.data
+    with torch.no_grad():
+        v0.set_(a0)
+    v1 = torch.view_as_complex(a0.unflatten(-1, (2, 2)))
+    v1.detach().masked_fill_(torch.arange(12).view((2, 3, 2)) % 2 == 0, 2j)
+    return (v0,)
+
+
+def _overlapping_views_of_leaf():
+    s0 = _randn(37, grad=True)
+    return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
     "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
     "complex_view_of_resized": (_complex_view_of_resized, _complex_view_of_resized_args),
     "function_output_set_onto_input": (_function_output_set_onto_input, _column_of_leaf),
+    "data_alias_set_onto_other_input": (_data_alias_set_onto_other_input, _overlapping_views_of_leaf),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
