@@ -178,6 +178,10 @@ class FreshViews(TorchFunctionMode):
     after such a change, every op on the view (while tracing or collecting
     meta) gets ``base.as_strided(view's current geometry)`` in its place:
     the same memory, with autograd history regenerated as eager regenerates it.
+
+    A changed view made a leaf (``requires_grad_()`` on a view of memory needing
+    no grad) keeps no view history: views taken from it are taken again from it
+    instead (its *anchor*), not from its base.
     """
 
     def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
@@ -191,9 +195,17 @@ class FreshViews(TorchFunctionMode):
         # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
         # view's history), so elements the old geometry does not span get no gradient.
         self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
+        self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        anchored = self._anchored.get(id(tensor))
+        if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
+            fresh = _reinterpreted(anchored[1], tensor.dtype, _geometry(tensor))
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
@@ -238,6 +250,7 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
+        self._anchor(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
@@ -247,6 +260,19 @@ class FreshViews(TorchFunctionMode):
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+
+    def _anchor(self, first: Any, out: Any) -> None:
+        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is first or storage_key(out) != storage_key(first):
+            return
+        anchored = self._anchored.get(id(first))
+        if anchored is not None and anchored[0] is first:
+            self._anchored[id(out)] = (out, anchored[1])
+        elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
+            self._anchored[id(out)] = (out, first)
 
 
 @dataclasses.dataclass

@@ -111,12 +111,24 @@ def _overlapping_views_of_leaf():
     return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
 
 
+def _expand_of_restrided_made_leaf(a0):
+    # class 17: an input restrided in place, made to require grad, then expanded; a write under no_grad
+    # makes the expanded view's history be taken again: from the input's new geometry.
+    a0.as_strided_((3,), (2,), 16)
+    a0.requires_grad = True
+    v0 = a0.expand(2, 3)
+    with torch.no_grad():
+        a0.fill_(2j)
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
     "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
     "complex_view_of_resized": (_complex_view_of_resized, _complex_view_of_resized_args),
     "function_output_set_onto_input": (_function_output_set_onto_input, _column_of_leaf),
     "data_alias_set_onto_other_input": (_data_alias_set_onto_other_input, _overlapping_views_of_leaf),
+    "expand_of_restrided_made_leaf": (_expand_of_restrided_made_leaf, lambda: (_randn(2, 3, 4, dtype=torch.cfloat),)),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
