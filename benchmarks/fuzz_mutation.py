@@ -137,7 +137,8 @@ def _second_call(program: Program, f: Any, compiled: Any, make_args_again: Any, 
         check(f, make_args_again, compiled_fn=compiled, **options)
     except Exception as error:
         try:
-            check(f, make_args_again, **options)
+            # A new function object: aotfx reuses a trace of the same one for an equal input signature.
+            check(program.compile()[0], make_args_again, **options)
         except Exception as fresh_error:
             return _which_output(classify(fresh_error), program)
         outcome = _which_output(classify(error), program)

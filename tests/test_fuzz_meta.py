@@ -8,6 +8,7 @@ under ``inference_mode`` against eager with ``tests/oracle.py`` ``check``.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -154,3 +155,25 @@ def test_fuzz_class(name: str, mode: str) -> None:
         else:
             with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
                 check(fn, make_args, backward=False, deep=True)
+
+
+def _t_(a0):
+    a0.t_()
+    return ()
+
+
+def _at_offset():
+    with torch.inference_mode(torch.is_inference_mode_enabled()):
+        return (_randn(10)[2:6].view(2, 2),)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_entry_specialized_on_offsets_reused_at_another(mode: str) -> None:
+    """``reuse`` (seed 7): a program specialized on storage offsets (``t_`` of an input is taken again by
+    strides), called again at another offset, compiles again: outside inference mode, as every compile."""
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        warnings.simplefilter("ignore")
+        if mode != "training":
+            stack.enter_context(torch.no_grad() if mode == "no_grad" else torch.inference_mode())
+        compiled = check(_t_, lambda: (_randn(2, 2),), backward=False)
+        check(_t_, _at_offset, compiled_fn=compiled, backward=False)
