@@ -261,7 +261,6 @@ class FreshViews(TorchFunctionMode):
                 self._changed_bases[id(tensor)] = tensor
         return out
 
-
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one."""
         if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
