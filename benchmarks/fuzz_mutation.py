@@ -11,6 +11,10 @@ class and, for each class, its smallest program (shrunk further by removing step
 the signature stays), as a runnable script. Refusals (``aot.errors.UnsupportedMutationError``,
 the documented one) are counted apart with their messages. ``--report PATH`` writes the
 same as Markdown. Exit status 1 when any program differed from eager.
+
+A program drawing ``reuse`` calls its compiled function again on ``make_args_again()``
+(other kinds of arguments); a difference there that a function compiled afresh for those
+arguments does not show is the reused entry's, and its signature starts with ``reuse:``.
 """
 
 from __future__ import annotations
