@@ -197,6 +197,9 @@ class FreshViews(TorchFunctionMode):
         self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
         # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
         self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
+        # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
+        self._dtype_of_base: dict[int, torch.Tensor] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -216,6 +219,8 @@ class FreshViews(TorchFunctionMode):
         if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
             return tensor
         fresh = base
+        if self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
+            fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
         for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
             fresh = _reinterpreted(fresh, tensor.dtype, geometry)
         if self._on_fresh is not None:
@@ -262,11 +267,14 @@ class FreshViews(TorchFunctionMode):
         return out
 
     def _anchor(self, first: Any, out: Any) -> None:
-        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one."""
+        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
+        is a view of another dtype taken from a tensor that is no view."""
         if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
             return
         if out is first or storage_key(out) != storage_key(first):
             return
+        if first._base is None and out.dtype != first.dtype:
+            self._dtype_of_base[id(out)] = out
         anchored = self._anchored.get(id(first))
         if anchored is not None and anchored[0] is first:
             self._anchored[id(out)] = (out, anchored[1])

@@ -123,6 +123,16 @@ def _expand_of_restrided_made_leaf(a0):
     return (sum(t.real.sum() for t in (a0, v0)),)
 
 
+def _complex_view_of_transposed_leaf(a0):
+    # seed 3 (after the fixes above): a complex view taken from the input itself is taken again, after
+    # the input's transpose_(), by view_as_complex of the input as it is then: eager refuses its strides.
+    v0 = torch.view_as_complex(a0)
+    with torch.no_grad():
+        a0.transpose_(0, -1)
+    a0.requires_grad_()
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
 CASES = {
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
     "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
@@ -130,6 +140,7 @@ CASES = {
     "function_output_set_onto_input": (_function_output_set_onto_input, _column_of_leaf),
     "data_alias_set_onto_other_input": (_data_alias_set_onto_other_input, _overlapping_views_of_leaf),
     "expand_of_restrided_made_leaf": (_expand_of_restrided_made_leaf, lambda: (_randn(2, 3, 4, dtype=torch.cfloat),)),
+    "complex_view_of_transposed_leaf": (_complex_view_of_transposed_leaf, lambda: (_randn(2, 2, grad=True),)),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
