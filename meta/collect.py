@@ -219,7 +219,9 @@ class FreshViews(TorchFunctionMode):
         if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
             return tensor
         fresh = base
-        if self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
+        # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
+        regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
             fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
         for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
             fresh = _reinterpreted(fresh, tensor.dtype, geometry)
