@@ -57,6 +57,9 @@ PENDING = frozenset(
         "autograd_function",
         "more_writes",
         "nested_grad_mode",
+        # A second call on other kinds of arguments: a detach() alias passed beside its source shares its
+        # version counter, which the synthetic-base layer sets per input (bumps lost).
+        "reuse",
     }
 )
 GATING = ALL - PENDING
