@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import corresponding_real_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -123,6 +124,8 @@ _INPLACE_VIEW_METHODS = frozenset(
     }
 )
 _RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+# ``set_``'s out-of-place twins, as a recorded step of a view chain.
+_SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
 _SET_OPS = frozenset(
     {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
@@ -143,6 +146,30 @@ def _is_view_attribute(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
 
 
+def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
+    if base == dtype:
+        return True
+    if dtype.is_complex:
+        return base == corresponding_real_dtype(dtype)
+    return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
+def _reinterpreted(
+    base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> torch.Tensor:
+    """A view of ``base`` in ``dtype`` (``_reinterpretable``) with ``geometry`` (in ``dtype``'s elements),
+    history reaching ``base``: as_strided keeps the dtype; a complex view of real memory is
+    ``view_as_complex`` of its real pairs, a real one of complex memory is taken from ``view_as_real``."""
+    size, stride, offset = geometry
+    if base.dtype == dtype:
+        return base.as_strided(size, stride, offset)
+    if dtype.is_complex:
+        pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
+        return torch.view_as_complex(pairs)
+    return torch.view_as_real(base).as_strided(size, stride, offset)
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -153,6 +180,10 @@ class FreshViews(TorchFunctionMode):
     after such a change, every op on the view (while tracing or collecting
     meta) gets ``base.as_strided(view's current geometry)`` in its place:
     the same memory, with autograd history regenerated as eager regenerates it.
+
+    A changed view made a leaf (``requires_grad_()`` on a view of memory needing
+    no grad) keeps no view history: views taken from it are taken again from it
+    instead (its *anchor*), not from its base.
     """
 
     def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
@@ -168,19 +199,30 @@ class FreshViews(TorchFunctionMode):
         self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
         # Views set_() moved to other memory under no_grad (their history is taken again from their base).
         self._moved_under_no_grad: set[int] = set()
+        # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
+        self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
+        # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
+        self._dtype_of_base: dict[int, torch.Tensor] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        anchored = self._anchored.get(id(tensor))
+        if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
+            fresh = _reinterpreted(anchored[1], tensor.dtype, _geometry(tensor))
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
-            return tensor
+        if not _reinterpretable(base.dtype, tensor.dtype):
+            return tensor  # a dtype no view of the base reaches
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
         if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
             moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
-            if not (moved_under_no_grad or id(base) in self._changed_bases):
+            if not (moved_under_no_grad or id(base) in self._changed_bases) or base.dtype != tensor.dtype:
                 return tensor
             # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
@@ -193,10 +235,13 @@ class FreshViews(TorchFunctionMode):
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
-        through = base
-        for size, stride, offset in self._recorded.get(id(tensor), ()):
-            through = through.as_strided(size, stride, offset)
-        fresh = through.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        fresh = base
+        # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
+        regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
+            fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
+        for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
+            fresh = _reinterpreted(fresh, tensor.dtype, geometry)
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -234,6 +279,7 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
+        self._anchor(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
@@ -247,6 +293,21 @@ class FreshViews(TorchFunctionMode):
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _anchor(self, first: Any, out: Any) -> None:
+        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
+        is a view of another dtype taken from a tensor that is no view."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is first or storage_key(out) != storage_key(first):
+            return
+        if first._base is None and out.dtype != first.dtype:
+            self._dtype_of_base[id(out)] = out
+        anchored = self._anchored.get(id(first))
+        if anchored is not None and anchored[0] is first:
+            self._anchored[id(out)] = (out, anchored[1])
+        elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
+            self._anchored[id(out)] = (out, first)
 
 
 @dataclasses.dataclass
@@ -757,7 +818,10 @@ def collect_meta(
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
-        if not chain:
+        # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
+        set_onto = out._base is None and storage_key(out) in input_storage
+        set_onto = set_onto and any(step.op in _SET_TWINS for step in chain)
+        if not chain or set_onto:
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
@@ -766,6 +830,13 @@ def collect_meta(
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
                     step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
+                    if out.requires_grad and not _history_of_set(out):
+                        # set_() under no_grad kept the tensor's own history: the graph computes it, the
+                        # epilogue puts it on a tensor set_() onto the caller's input.
+                        step = dataclasses.replace(step, grad_enabled=False)
+                        alias = ComputedAlias(base, (step,), in_place=True)
+                        output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
+                        continue
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
@@ -872,6 +943,11 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
         "of its later uses follow the caller's tensor into its new place, which the compiled graph cannot "
         "reproduce; set_() a tensor that does not require grad, or copy_() the values instead"
     )
+
+
+def _history_of_set(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s history is the one ``set_()`` leaves under grad mode (it has no derivative)."""
+    return type(tensor.grad_fn).__name__ == "NotImplemented"
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
@@ -1013,7 +1089,7 @@ def _input_info(
 def _is_leaf(tensor: torch.Tensor) -> bool:
     try:
         return bool(tensor.is_leaf)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 
@@ -1025,7 +1101,7 @@ def _history(tensor: torch.Tensor) -> Any:
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:
     try:
         return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 

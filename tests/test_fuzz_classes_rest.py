@@ -306,7 +306,6 @@ CASES = {
 _NO_GRAD_VIEW = "compiled raises 'A view was created in no_grad mode' where eager (inference_mode) runs"
 KNOWN_WRONG = {
     ("diagonal_t_of_expanded", "inference_mode"): _NO_GRAD_VIEW,
-    ("flat_view_then_t_", "training"): "regenerating the flat view after t_() raises 'view size is not compatible'",
     ("function_of_input_transposed_under_no_grad", "training"): (
         "the Function's backward gets the gradient in the pre-transpose_() geometry"
     ),
