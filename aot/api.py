@@ -220,18 +220,20 @@ class AOTFunction:
     def _compile_outside_inference_mode(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
     ) -> tuple[CompiledEntry, _CallingConvention]:
-        """Compile; under ``inference_mode``, trace with grad off but outside it.
+        """Compile; under ``inference_mode``, trace with autograd off but outside it.
 
         Inference tensors have no version counter, which meta collection reads to see
-        mutations; with grad off the traced semantics are inference mode's. The
-        compiled call itself runs in the caller's inference mode.
+        mutations; with grad off and autograd's kernels skipped (an ``enable_grad``
+        region inside the function records nothing in inference mode either) the
+        traced semantics are inference mode's. The compiled call itself runs in the
+        caller's inference mode.
         """
         with logs.silenced(not self.config.enable_log):
             if not torch.is_inference_mode_enabled():
                 return self._compile(args, kwargs, key)
             token = CALLER_IN_INFERENCE_MODE.set(True)
             try:
-                with torch.inference_mode(False), torch.no_grad():
+                with torch.inference_mode(False), torch.no_grad(), torch._C._AutoDispatchBelowAutograd():
                     return self._compile(args, kwargs, key)
             finally:
                 CALLER_IN_INFERENCE_MODE.reset(token)

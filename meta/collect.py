@@ -324,6 +324,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if torch._C._dispatch_has_kernel(func.name()):
+            # A composite op reaches here only with autograd's kernels skipped (an inference_mode caller's
+            # trace): record the ops it is made of, as with autograd on.
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         self.settle()
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)

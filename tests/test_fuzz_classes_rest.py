@@ -303,18 +303,14 @@ CASES = {
 
 
 # Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
-_NO_GRAD_VIEW = "compiled raises 'A view was created in no_grad mode' where eager (inference_mode) runs"
 KNOWN_WRONG = {
-    ("diagonal_t_of_expanded", "inference_mode"): _NO_GRAD_VIEW,
     ("flat_view_then_t_", "training"): "regenerating the flat view after t_() raises 'view size is not compatible'",
     ("function_of_input_transposed_under_no_grad", "training"): (
         "the Function's backward gets the gradient in the pre-transpose_() geometry"
     ),
-    ("function_output_transposed_in_place", "inference_mode"): _NO_GRAD_VIEW,
     ("identity_transposed_under_no_grad", "training"): (
         "eager raises 'Output 0 of Identity is a view ...', compiled does not"
     ),
-    ("identity_transposed_under_no_grad", "inference_mode"): _NO_GRAD_VIEW,
     ("strided_view_then_squeeze_", "no_grad"): (
         "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
     ),

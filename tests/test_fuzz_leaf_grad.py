@@ -1,0 +1,59 @@
+"""Fuzzer classes about autograd.Function, ``requires_grad_()``, leaf-variable rules and the gradients of leaves.
+
+One differential test per class, each the shrunk program of ``benchmarks/fuzz_mutation.py`` (seed 3),
+against eager with ``tests/oracle.py`` ``check``, in the grad mode the fuzzer found it in.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.oracle import check
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# Class 10: an input unsqueeze_()d in an enable_grad region of an inference_mode call. Eager's inference mode
+# skips autograd's kernels whatever the grad mode, so a leaf requiring grad may change in place; the trace
+# (outside inference mode, for its version counters) skips them as well.
+def _unsqueeze_leaf_under_enable_grad(a0):
+    with torch.enable_grad():
+        a0.unsqueeze_(0)
+    return ()
+
+
+def _leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_(),)
+
+
+# Class 23: an out= op with an argument requiring grad, in an enable_grad region of an inference_mode call.
+def _sin_out_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        torch.sin(a0, out=a1)
+    return ()
+
+
+def _leaf_and_strided_view():
+    g = _gen()
+    s0 = torch.randn(10, generator=g)
+    s2 = torch.randn(2, 8, generator=g).requires_grad_()
+    return (s0[5:9].view(2, 2).detach().requires_grad_(), s2[:, 1::3])
+
+
+INFERENCE_MODE = {
+    "unsqueeze_leaf_under_enable_grad": (_unsqueeze_leaf_under_enable_grad, _leaf_3x4),
+    "sin_out_under_enable_grad": (_sin_out_under_enable_grad, _leaf_and_strided_view),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INFERENCE_MODE))
+def test_inference_mode(name: str) -> None:
+    fn, make_args = INFERENCE_MODE[name]
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        check(fn, make_args, backward=False)
