@@ -57,3 +57,33 @@ def test_inference_mode(name: str) -> None:
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         check(fn, make_args, backward=False)
+
+
+# Class 19: ``requires_grad = True`` on a leaf already requiring grad (a no-op in eager), whose geometry
+# changes later: the trace hands the function an alias of the leaf, on which the setter raised.
+def _requires_grad_set_again_then_transposed(a0):
+    a0.requires_grad = True
+    v0 = a0 * 2
+    v1 = v0.select(0, 0)
+    with torch.no_grad():
+        a0.transpose_(0, -1)
+        with torch.enable_grad():
+            v1.view(-1)
+    return ()
+
+
+def _leaf_4x1():
+    return (torch.randn(4, 1, generator=_gen()).requires_grad_(),)
+
+
+TRAINING = {
+    "requires_grad_set_again_then_transposed": (_requires_grad_set_again_then_transposed, _leaf_4x1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING))
+def test_training(name: str) -> None:
+    fn, make_args = TRAINING[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(fn, make_args)

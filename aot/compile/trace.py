@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aot.compile.binding import bindings_held
@@ -91,6 +92,25 @@ def _geometry_changes(meta: ViewAndMutationMeta, fresh_views: FreshViews) -> Ite
         yield
 
 
+class _FlagSetsAsEager(TorchFunctionMode):
+    """``t.requires_grad = flag`` where ``t`` already has that flag does nothing, as on eager's leaf.
+
+    Meta collection ran the program on fakes as eager's tensors are, so eager set the flag on a leaf (on a
+    non-leaf the setter raises, and collection raised it). In a trace the layers may hand the function a
+    view standing for that leaf (an alias whose geometry may change, a view of a synthetic base), on
+    which the setter would raise.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        if getattr(func, "__name__", "") == "__set__" and attribute == "requires_grad" and len(args) == 2:
+            tensor, flag = args
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad == bool(flag):
+                return None
+        return func(*args, **kwargs)
+
+
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
@@ -151,7 +171,7 @@ def _trace_joint_once(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), _geometry_changes(meta, fresh_views), (
+        with torch.set_grad_enabled(grad_mode), _FlagSetsAsEager(), _geometry_changes(meta, fresh_views), (
             regenerated if regenerated is not None else contextlib.nullcontext()
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
@@ -267,7 +287,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with _geometry_changes(meta, FreshViews()):
+        with _FlagSetsAsEager(), _geometry_changes(meta, FreshViews()):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()
