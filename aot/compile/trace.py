@@ -171,8 +171,11 @@ def _trace_joint_once(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
-        with torch.set_grad_enabled(grad_mode), _FlagSetsAsEager(), _geometry_changes(meta, fresh_views), (
-            regenerated if regenerated is not None else contextlib.nullcontext()
+        with (
+            torch.set_grad_enabled(grad_mode),
+            _FlagSetsAsEager(),
+            _geometry_changes(meta, fresh_views),
+            regenerated if regenerated is not None else contextlib.nullcontext(),
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         if regenerated is not None:
