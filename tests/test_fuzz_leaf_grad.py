@@ -76,7 +76,22 @@ def _leaf_4x1():
     return (torch.randn(4, 1, generator=_gen()).requires_grad_(),)
 
 
+# Class 2: an as_strided view reaching beyond its input, then an in-place view op through a detach() alias:
+# the version counter moves, so eager takes the view's history again by strides from the storage's base,
+# and its gradient reaches the storage element outside the input.
+def _as_strided_beyond_then_detached_squeeze_(a0):
+    v0 = a0.as_strided((1,), (1,), 9)
+    a0.detach().squeeze_()
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
+def _complex_offset_view():
+    s0 = torch.randn(10, generator=_gen(), dtype=torch.complex64).requires_grad_()
+    return (s0[4:8].view(2, 2),)
+
+
 TRAINING = {
+    "as_strided_beyond_then_detached_squeeze_": (_as_strided_beyond_then_detached_squeeze_, _complex_offset_view),
     "requires_grad_set_again_then_transposed": (_requires_grad_set_again_then_transposed, _leaf_4x1),
 }
 
