@@ -90,7 +90,25 @@ def _complex_offset_view():
     return (s0[4:8].view(2, 2),)
 
 
+# Class 6: an input written through detach() while nothing required grad, then another input overlapping it
+# made to require grad: the write-back into the merged base (a view of that input now) records nothing.
+def _detached_write_then_neighbour_requires_grad(a0, a1):
+    a0.detach().scatter_(0, torch.zeros((1, 3, 4), dtype=torch.long), 2.0)
+    a0.data.squeeze_()
+    a1.requires_grad_()
+    return ()
+
+
+def _overlapping_views():
+    s0 = torch.randn(50, generator=_gen())
+    return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
+
+
 TRAINING = {
+    "detached_write_then_neighbour_requires_grad": (
+        _detached_write_then_neighbour_requires_grad,
+        _overlapping_views,
+    ),
     "as_strided_beyond_then_detached_squeeze_": (_as_strided_beyond_then_detached_squeeze_, _complex_offset_view),
     "requires_grad_set_again_then_transposed": (_requires_grad_set_again_then_transposed, _leaf_4x1),
 }

@@ -56,15 +56,12 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     ``detach()`` alias) and it reaches beyond its elements: eager then takes the histories of its
     views again by strides from the storage's base, so their gradients reach that memory too.
     """
-    if not info.mutates_data:
-        return info.requires_grad and info.version_bumps > 0 and _reaches_beyond(arg, info)
-    return not is_non_overlapping_and_dense_or_false(arg) or _reaches_beyond(arg, info)
-
-
-def _reaches_beyond(arg: torch.Tensor, info: InputAliasInfo) -> bool:
-    """The program reads the input's storage at absolute offsets, outside the input's own elements."""
     own_bytes = storage_extent(arg)[1] * arg.element_size()
-    return info.offset_sensitive and (arg.storage_offset() != 0 or info.storage_reach > own_bytes)
+    reaches_past = info.offset_sensitive and info.storage_reach > own_bytes
+    if not info.mutates_data:
+        return info.requires_grad and info.version_bumps > 0 and reaches_past
+    dense = is_non_overlapping_and_dense_or_false(arg)
+    return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 
 
 def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -> list[tuple[UserArg, ...]]:
