@@ -141,6 +141,13 @@ def _is_view_attribute(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
 
 
+_CreationMeta = torch._C._autograd.CreationMeta
+
+
+def _creation(view: torch.Tensor) -> Any:
+    return torch._C._autograd._get_creation_meta(view)
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -170,6 +177,10 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
+        if torch.is_grad_enabled() and tensor.requires_grad and _creation(tensor) != _CreationMeta.DEFAULT:
+            # Eager takes the history of such a view (a Function's output, one made under no_grad) again
+            # here, and refuses to after an in-place change: raise as it does.
+            tensor.grad_fn  # noqa: B018
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
         if tensor.requires_grad and not base.requires_grad:

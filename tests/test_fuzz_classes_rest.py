@@ -308,9 +308,6 @@ KNOWN_WRONG = {
     ("function_of_input_transposed_under_no_grad", "training"): (
         "the Function's backward gets the gradient in the pre-transpose_() geometry"
     ),
-    ("identity_transposed_under_no_grad", "training"): (
-        "eager raises 'Output 0 of Identity is a view ...', compiled does not"
-    ),
     ("strided_view_then_squeeze_", "no_grad"): (
         "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
     ),

@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import check
 
 
@@ -104,7 +105,23 @@ def _overlapping_views():
     return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
 
 
+# Class 14: a Function's returned input resized by an out= write under no_grad, then used in grad mode: eager
+# refuses to take such a view's history again; so does the trace's stand-in for the changed view.
+def _function_output_resized_by_out(a0, a1):
+    v1 = Identity.apply(a1)
+    with torch.no_grad():
+        torch.sin(a0, out=v1)
+    return (sum(t.real.sum() for t in (a0, a1, v1)),)
+
+
+def _leaf_view_and_leaf():
+    g = _gen()
+    i0 = torch.randn(8, generator=g)[2:6].view(2, 2).detach().requires_grad_()
+    return (i0, torch.randn(5, generator=g).requires_grad_())
+
+
 TRAINING = {
+    "function_output_resized_by_out": (_function_output_resized_by_out, _leaf_view_and_leaf),
     "detached_write_then_neighbour_requires_grad": (
         _detached_write_then_neighbour_requires_grad,
         _overlapping_views,
