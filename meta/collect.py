@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
+from meta.function_apply import functions_seen_by_modes
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.out_resize import resize_outs_as_eager
 from meta.overlap import (
@@ -598,7 +599,13 @@ def collect_meta(
         recorder = ViewRecorder(alias_sources=fakes, inference_storages=inference_storages)
         fresh_views = FreshViews(recorder.stands_for)
         try:
-            with saved_tensor_hooks_suspended(), fake_mode, recorder, fresh_views if needs_fresh_views else _nothing():
+            with (
+                saved_tensor_hooks_suspended(),
+                functions_seen_by_modes(),
+                fake_mode,
+                recorder,
+                fresh_views if needs_fresh_views else _nothing(),
+            ):
                 outs = list(flat_fn(*fakes))
             recorder.settle()
         except Exception:

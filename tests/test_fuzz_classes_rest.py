@@ -305,9 +305,6 @@ CASES = {
 # Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
 KNOWN_WRONG = {
     ("flat_view_then_t_", "training"): "regenerating the flat view after t_() raises 'view size is not compatible'",
-    ("function_of_input_transposed_under_no_grad", "training"): (
-        "the Function's backward gets the gradient in the pre-transpose_() geometry"
-    ),
     ("strided_view_then_squeeze_", "no_grad"): (
         "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
     ),

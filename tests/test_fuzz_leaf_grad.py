@@ -120,7 +120,29 @@ def _leaf_view_and_leaf():
     return (i0, torch.randn(5, generator=g).requires_grad_())
 
 
+class _ViewOf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+# Class 18: a Function applied to an input after the function's requires_grad_() on it: the trace hands the
+# Function (as every op) the view of the input standing for it, so the output has the input's history.
+def _function_after_requires_grad_(a0):
+    a0.requires_grad_()
+    return (_ViewOf.apply(a0),)
+
+
+def _strided_offset_view():
+    return (torch.randn(24, generator=_gen())[2:8],)
+
+
 TRAINING = {
+    "function_after_requires_grad_": (_function_after_requires_grad_, _strided_offset_view),
     "function_output_resized_by_out": (_function_output_resized_by_out, _leaf_view_and_leaf),
     "detached_write_then_neighbour_requires_grad": (
         _detached_write_then_neighbour_requires_grad,

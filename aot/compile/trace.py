@@ -30,6 +30,7 @@ from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
+from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
@@ -201,7 +202,13 @@ def _trace_joint_once(
         return [*outs, *grads]
 
     # A module's parameters stay bound to the primals through the backward trace too.
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, bindings_held():
+    with (
+        saved_tensor_hooks_suspended(),
+        functions_seen_by_modes(),
+        recording_source_lines(),
+        fake_mode,
+        bindings_held(),
+    ):
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     return gm, primals, tangents, backward_writes
 
@@ -294,7 +301,13 @@ def trace_inference(
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.set_grad_enabled(grad_mode):
+    with (
+        saved_tensor_hooks_suspended(),
+        functions_seen_by_modes(),
+        recording_source_lines(),
+        fake_mode,
+        torch.set_grad_enabled(grad_mode),
+    ):
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
