@@ -31,7 +31,10 @@ from aot.compile.binding import defer_unbinding
 from aot.compile.core import CompiledEntry, compile_core, runtime_from_graphs
 from aot.compile.failures import trace_errors
 from aot.compile.fallbacks import fake_kernel_fallbacks, fallback_applies
+from aot.compile.memory_budget import ActivationMemoryBudget
+from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.compile.partition import default_partition
+from aot.compile.policy import ActivationPolicy, PolicyPartition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
@@ -334,9 +337,22 @@ def _make_config(
     dynamic: bool,
     cache_dir: str | os.PathLike[str] | None = None,
     enable_log: bool = True,
+    activation_memory_budget: float | int | None = None,
+    activation_policy: ActivationPolicy | None = None,
 ) -> AOTConfig:
     if dynamic:
         raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
+    if activation_memory_budget is not None:
+        if partition_fn is not None:
+            raise ValueError("pass partition_fn or activation_memory_budget, not both (the budget is a partitioner)")
+        partition_fn = ActivationMemoryBudget(activation_memory_budget)
+    if activation_policy is not None:
+        if partition_fn is default_partition:
+            raise ValueError(
+                "activation_policy: default_partition saves whatever the backward reads and follows no policy; "
+                "leave partition_fn unset (min-cut) or set activation_memory_budget"
+            )
+        partition_fn = PolicyPartition(partition_fn or min_cut_rematerialization_partition, activation_policy)
     return AOTConfig(
         fw_compiler=fw_compiler,
         bw_compiler=bw_compiler or fw_compiler,
@@ -363,6 +379,8 @@ def aot_function(
     dynamic: bool = False,
     enable_log: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
+    activation_policy: ActivationPolicy | None = None,
 ) -> AOTFunction:
     """Compile ``fn`` ahead of time: trace forward and backward, hand each graph to its compiler.
 
@@ -382,6 +400,14 @@ def aot_function(
         enable_log: False: compiling this function logs nothing on the ``aot.*`` channels.
         cache_dir: persistent compile cache (``aot.cache``) for warm starts in new
             processes; default ``$AOTFX_CACHE_DIR``, unset: in-process cache only.
+        activation_memory_budget: at most this many bytes of activations saved for the
+            backward (an int), or this fraction of what the default partitioner saves (a
+            float in [0, 1]); the plan recomputing the fewest FLOPs is chosen
+            (``aot.compile.memory_budget``). Replaces ``partition_fn``.
+        activation_policy: what to save or recompute by name (``aot.checkpoint_name``,
+            ``aot.save_only_these_names``) or by op (torch's selective-checkpoint policy
+            functions, ``aot.ActivationPolicy(policy_fn=...)``); followed by the min-cut
+            partitioner (the default then) and the memory budget (``aot.compile.policy``).
 
     Returns:
         A callable with ``fn``'s calling convention that behaves as ``fn`` does
@@ -398,6 +424,8 @@ def aot_function(
         dynamic,
         cache_dir,
         enable_log,
+        activation_memory_budget,
+        activation_policy,
     )
     return AOTFunction(fn, config)
 
@@ -528,12 +556,14 @@ def aot_module(
     *,
     dynamic: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
+    activation_policy: ActivationPolicy | None = None,
 ) -> AOTModule:
     """Compile ``mod``'s forward ahead of time; its parameters and buffers become graph inputs.
 
     Gradients land in the parameters' ``.grad`` as in eager. Parameters are read
     at every call, so optimizer steps (in place) and replaced parameters are seen.
-    ``cache_dir`` as in :func:`aot_function`.
+    ``cache_dir``, ``activation_memory_budget`` and ``activation_policy`` as in :func:`aot_function`.
     """
     config = _make_config(
         fw_compiler,
@@ -545,6 +575,8 @@ def aot_module(
         inference_compiler,
         dynamic,
         cache_dir,
+        activation_memory_budget=activation_memory_budget,
+        activation_policy=activation_policy,
     )
     return AOTModule(mod, config)
 
@@ -560,6 +592,8 @@ def aot_module_simplified(
     inference_compiler: Compiler | None = None,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
+    activation_memory_budget: float | int | None = None,
+    activation_policy: ActivationPolicy | None = None,
     **_ignored: Any,
 ) -> Callable[..., Any]:
     """The entry a ``torch.compile`` backend calls: returns ``forward(*runtime_args)``.
@@ -579,6 +613,8 @@ def aot_module_simplified(
         inference_compiler,
         False,
         cache_dir,
+        activation_memory_budget=activation_memory_budget,
+        activation_policy=activation_policy,
     )
     # The program is the graph itself: its canonical form keys whole entries across processes.
     program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None

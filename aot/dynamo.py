@@ -16,6 +16,7 @@ import torch.fx as fx
 from aot.api import aot_module_simplified
 from aot.backends import inductor, inductor_decompositions, nop
 from aot.compile.min_cut import min_cut_rematerialization_partition
+from aot.compile.policy import ActivationPolicy
 
 __all__ = ["aotfx", "aotfx_inductor", "make_backend"]
 
@@ -27,6 +28,8 @@ def make_backend(
     decompositions: Any = None,
     inference_compiler: Callable[..., Any] | None = None,
     keep_inference_input_mutations: bool = True,
+    activation_memory_budget: float | int | None = None,
+    activation_policy: ActivationPolicy | None = None,
 ) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
     """A ``torch.compile`` backend that runs aotfx around the given compilers.
 
@@ -37,6 +40,7 @@ def make_backend(
     captured graph to ``aot_module_simplified``, which traces, functionalizes and
     partitions it and gives the forward and backward graphs to the compilers. As torch's
     backends do, inference graphs write mutated inputs themselves (``keep_inference_input_mutations``).
+    ``activation_memory_budget`` and ``activation_policy`` as in :func:`aot.aot_function`.
     """
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -50,6 +54,8 @@ def make_backend(
             table,
             keep_inference_input_mutations,
             inference_compiler=inference_compiler,
+            activation_memory_budget=activation_memory_budget,
+            activation_policy=activation_policy,
         )
 
     return backend

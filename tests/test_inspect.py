@@ -105,6 +105,34 @@ def test_saved_report_without_stack_traces_says_so():
     assert aot_inspect.NOT_RECORDED not in x_line  # an input has no source line to miss
 
 
+def test_saved_report_says_why_and_what_is_recomputed():
+    def mlp_gelu(x, w1, w2):
+        return F.gelu(F.gelu(x @ w1) @ w2).sum()
+
+    args = (torch.randn(8, 16), torch.randn(16, 32, requires_grad=True), torch.randn(32, 4, requires_grad=True))
+    default = aot.aot_function(mlp_gelu, aot.nop)
+    default(*args).backward()
+    whys = {row.producer: row.why for row in aot_inspect.saved_values(default)}
+    assert whys["input x"] == "input" and whys["aten.mm.default"] == "needed"
+    assert whys["aten.gelu.default"] == "cheaper to save"  # a pointwise op the default partitioner keeps
+    assert aot_inspect.recomputed_ops(default) == []
+
+    budget = aot.aot_function(mlp_gelu, aot.nop, activation_memory_budget=0.0)
+    budget(*args).backward()
+    recomputed = aot_inspect.recomputed_ops(budget)
+    matmul_flops = sum(op.flops for op in recomputed if op.producer == "aten.mm.default")
+    assert matmul_flops == 2 * 8 * 16 * 32 + 2 * 8 * 32 * 4  # both matmuls run again: nothing is saved
+    text = aot_inspect.saved_report(budget)
+    assert "recomputed in the backward:" in text and "aten.gelu.default" in text.split("recomputed")[1]
+
+
+def test_dropout_is_saved_because_random():
+    compiled = aot.aot_function(lambda x: F.dropout(x, 0.5).sum(), aot.nop)
+    compiled(torch.randn(16, requires_grad=True)).backward()
+    whys = [row.why for row in aot_inspect.saved_values(compiled)]
+    assert "random" in whys or "cheaper to save" in whys  # the draw's mask, or a value computed from it
+
+
 def test_saved_report_names_the_user_source_line(recorded):
     text = aot_inspect.saved_report(_compiled_mlp())
     relu_line = next(line for line in text.splitlines() if "aten.relu.default" in line)

@@ -18,10 +18,15 @@ DESC = "desc"
 
 @dataclass(frozen=True)
 class Primal:
-    """A graph input: the tensor argument ``arg`` of the flat function, named ``name``."""
+    """A graph input: the tensor argument ``arg`` of the flat function, named ``name``.
+
+    ``written``: the function writes the input's data, so the caller's tensor holds other values once
+    the forward has run; a backward may read it only where eager's backward reads it (a partitioner
+    must not recompute from it)."""
 
     arg: GraphArg
     name: str
+    written: bool = False
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,28 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aot.compile.partition import JointParts, ancestors, computed_from, is_random, is_tangent, split_joint
+from aot.compile.partition import (
+    JointParts,
+    ancestors,
+    computed_from,
+    is_random,
+    is_tangent,
+    split_joint,
+    written_by_forward,
+)
+from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["RECOMPUTABLE", "REDUCTIONS", "min_cut_rematerialization_partition", "node_bytes"]
+__all__ = [
+    "RECOMPUTABLE",
+    "REDUCTIONS",
+    "can_run_again",
+    "is_recomputable",
+    "min_cut_rematerialization_partition",
+    "node_bytes",
+]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -111,7 +127,7 @@ def _hint(size: int | torch.SymInt) -> int:
     return int(hint)
 
 
-def _is_recomputable(node: fx.Node) -> bool:
+def is_recomputable(node: fx.Node) -> bool:
     """Cheap and safe to run again: pointwise, a view, or in :data:`RECOMPUTABLE`; never random or mutating."""
     if node.op == "get_attr":
         return True  # a constant of the module: reading it again is free
@@ -130,6 +146,33 @@ def _is_recomputable(node: fx.Node) -> bool:
     if target.is_view or torch.Tag.pointwise in target.tags or target.overloadpacket in RECOMPUTABLE:
         return True
     return target is aten.sym_size.int or target is aten.sym_numel.default or target is aten.sym_stride.int
+
+
+def _policy_choice(policy: ActivationPolicy | None, node: fx.Node) -> Choice | None:
+    """The policy's word on ``node`` where it can be followed (a must that cannot is an error)."""
+    decided = None if policy is None or node.op != "call_function" else policy.choice(node)
+    if decided is None:
+        return None
+    choice, must = decided
+    if choice is Choice.RECOMPUTE and (is_random(node) or not can_run_again(node)):
+        if must:
+            refuse_must_recompute(node)
+        return None
+    return choice
+
+
+def can_run_again(node: fx.Node) -> bool:
+    """Deterministic, writes nothing, makes no data-dependent size: the backward may run it again
+    (at a cost: a matmul is not *cheap* to run again, see :func:`is_recomputable`)."""
+    if node.op != "call_function":
+        return node.op == "get_attr"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+            return False
+    elif target is not operator.getitem and not isinstance(node.meta.get("val"), (torch.SymInt, int, bool)):
+        return False
+    return not free_unbacked_symbols(node.meta.get("val"))
 
 
 def _shrinks(node: fx.Node) -> bool:
@@ -159,6 +202,7 @@ def min_cut_rematerialization_partition(
     parts = JointParts.of(joint_module, num_fwd_outputs)
     tangent_dependent = parts.tangent_dependent
     required_forward = ancestors([*parts.fwd_outputs, *parts.random_in_backward])
+    policy = policy_of(joint_module)
 
     # Bytes scaled so that a unit added to each view's weight only breaks ties: of two equal cuts,
     # the one saving a base rather than its view (the backward rebuilds the view for free).
@@ -172,14 +216,20 @@ def min_cut_rematerialization_partition(
         if node in tangent_dependent:
             flow.add_edge(_in(node), "sink", capacity=INF)
             continue
+        choice = _policy_choice(policy, node)
+        cheap = is_recomputable(node) and not _shrinks(node)
         pinned = (
             node.op == "placeholder"
             or is_random(node)
-            or (node in required_forward and not (_is_recomputable(node) and not _shrinks(node)))
+            or (node in required_forward and (choice is Choice.SAVE or (not cheap and choice is None)))
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
-        flow.add_edge(_in(node), _out(node), capacity=_capacity(node, scale))
+        # An input the forward writes holds new values by the backward: saved only where the backward
+        # reads it itself (as eager's does), never to recompute from. A value the policy recomputes: never saved.
+        unreadable = written_by_forward(node) and not any(user in tangent_dependent for user in node.users)
+        unsaved = unreadable or (choice is Choice.RECOMPUTE and not pinned)
+        flow.add_edge(_in(node), _out(node), capacity=INF if unsaved else _capacity(node, scale))
         for user in node.users:
             if user.op != "output":
                 flow.add_edge(_out(node), _in(user), capacity=INF)

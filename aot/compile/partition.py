@@ -17,18 +17,21 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 
-from aot.compile.descriptors import DESC, Saved, Tangent
+from aot.compile.descriptors import DESC, Primal, Saved, Tangent
 
 __all__ = [
     "JointParts",
     "ancestors",
     "computed_from",
     "default_partition",
+    "default_saved",
     "is_random",
     "is_tangent",
     "output_values",
+    "reads_across",
     "saved_values",
     "split_joint",
+    "written_by_forward",
 ]
 
 
@@ -40,6 +43,13 @@ def output_values(gm: fx.GraphModule) -> list[Any]:
 def is_tangent(node: fx.Node) -> bool:
     desc = node.meta.get(DESC)
     return isinstance(desc, Tangent) if desc is not None else node.name.startswith("tangents")
+
+
+def written_by_forward(node: fx.Node) -> bool:
+    """A graph input whose data the forward writes: after the forward the caller's tensor holds the
+    new values, so a backward may not recompute from it."""
+    desc = node.meta.get(DESC)
+    return isinstance(desc, Primal) and desc.written
 
 
 def ancestors(roots: Iterable[Any], stop: set[fx.Node] | None = None) -> set[fx.Node]:
@@ -72,6 +82,7 @@ def computed_from(graph: fx.Graph, roots: Iterable[fx.Node]) -> set[fx.Node]:
 class JointParts:
     """What every partitioner reads off a joint graph first."""
 
+    graph: fx.Graph
     primals: list[fx.Node]
     tangents: list[fx.Node]
     fwd_outputs: list[Any]
@@ -90,6 +101,7 @@ class JointParts:
         grads = outputs[num_fwd_outputs:]
         tangent_dependent = computed_from(graph, tangents)
         return JointParts(
+            graph=graph,
             primals=[node for node in placeholders if not is_tangent(node)],
             tangents=tangents,
             fwd_outputs=outputs[:num_fwd_outputs],
@@ -112,22 +124,33 @@ def default_partition(
     Random ops always stay in the forward so the backward sees the same draw.
     """
     parts = JointParts.of(joint_module, num_fwd_outputs)
+    forward_nodes, backward_nodes = _default_sides(parts)
+    saved = reads_across(parts, forward_nodes, backward_nodes)
+    return split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
+
+
+def default_saved(parts: JointParts) -> list[fx.Node]:
+    """The values :func:`default_partition` saves."""
+    return reads_across(parts, *_default_sides(parts))
+
+
+def _default_sides(parts: JointParts) -> tuple[set[fx.Node], set[fx.Node]]:
     forward_nodes = ancestors([*parts.fwd_outputs, *parts.random_in_backward]) | set(parts.primals)
     backward_nodes = ancestors(parts.grads, stop=forward_nodes) | set(parts.tangents)
     # A multi-output op cannot be saved as a tuple: its projections run in the forward instead.
     projections = {n for n in backward_nodes if n.target is operator.getitem and n.args[0] in forward_nodes}
-    forward_nodes |= projections
-    backward_nodes -= projections
+    return forward_nodes | projections, backward_nodes - projections
 
-    # Saved: forward values the backward reads, or returns as a gradient (one computed without tangents).
+
+def reads_across(parts: JointParts, forward_nodes: set[fx.Node], backward_nodes: set[fx.Node]) -> list[fx.Node]:
+    """Forward values the backward reads, or returns as a gradient (one computed without tangents), in graph order."""
     returned_by_backward = {grad for grad in parts.grads if isinstance(grad, fx.Node)}
-    saved = [
+    return [
         node
-        for node in joint_module.graph.nodes
+        for node in parts.graph.nodes
         if node in forward_nodes
         and (node in returned_by_backward or any(user in backward_nodes for user in node.users))
     ]
-    return split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
 
 
 def split_joint(

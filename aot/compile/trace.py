@@ -132,7 +132,10 @@ def trace_joint(
         )
     num_primals = len(primals)
     names = [info.name for info in meta.input_info]
-    descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
+    # Inputs whose new values the forward returns for a layer above to write back, or that it writes itself.
+    new_values = {int(out.new_value_of) for out in meta.output_info if out.new_value_of is not None}
+    new_values |= {i for i, info in enumerate(meta.input_info) if info.mutates_data}
+    descs: list[Any] = [Primal(GraphArg(i), info.name, i in new_values) for i, info in enumerate(meta.input_info)]
     descs += [Tangent(GraphOut(out)) for out in tangent_outs]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]

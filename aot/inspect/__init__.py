@@ -9,7 +9,8 @@ signature), or an ``AOTFunction`` / ``AOTModule`` / the callable
   graphs, as Python with dtype, shape and strides on every value;
 - :func:`saved_values` / :func:`saved_report`: what the forward saves for the
   backward, with shape, dtype, bytes, the op and the user source line that made
-  it (like JAX's ``print_saved_residuals``);
+  it, and why it is saved (like JAX's ``print_saved_residuals``); :func:`recomputed_ops`:
+  what the backward runs again, with its estimated FLOPs;
 - :func:`op_count_table`: ops per overload, forward next to backward;
 - :func:`graph_svg` / :func:`svgs`: a picture of each graph. With ``pydot`` (``pip install
   aotfx[viz]``) and graphviz's ``dot`` binary it is graphviz's layout; without them a
@@ -26,12 +27,14 @@ from __future__ import annotations
 from aot.compile.source_lines import recording_source_lines, source_line
 from aot.inspect.report import (
     NOT_RECORDED,
+    RecomputedOp,
     SavedValue,
     entries,
     graph_code,
     graphs,
     op_count_table,
     op_counts,
+    recomputed_ops,
     report,
     saved_bytes,
     saved_for_backward,
@@ -42,6 +45,7 @@ from aot.inspect.svg import graph_dot, graph_svg, svgs
 
 __all__ = [
     "NOT_RECORDED",
+    "RecomputedOp",
     "SavedValue",
     "entries",
     "graph_code",
@@ -50,6 +54,7 @@ __all__ = [
     "graphs",
     "op_count_table",
     "op_counts",
+    "recomputed_ops",
     "recording_source_lines",
     "report",
     "saved_bytes",

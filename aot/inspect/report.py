@@ -107,6 +107,20 @@ class SavedValue:
     producer: str  # the op that computed it (``aten.relu.default``), or ``input <name>``
     source: str | None  # ``file:line in function: code``, None if not recorded
     is_input: bool = False  # a graph input saved as it is (no source line: the caller made it)
+    # Why it is saved rather than recomputed in the backward: "input" (the caller holds it), "random"
+    # (a second draw would differ), "needed" (not cheap or safe to run again: a matmul, a convolution,
+    # an op with an effect) or "cheaper to save" (recomputable, and the partitioner chose to save it).
+    why: str = "needed"
+
+
+@dataclass(frozen=True)
+class RecomputedOp:
+    """A forward op the backward runs again (a rematerializing partitioner's choice)."""
+
+    name: str
+    producer: str
+    flops: int  # estimated, as the memory-budget planner counts them
+    source: str | None
 
 
 def _saved_placeholders(backward: fx.GraphModule) -> list[fx.Node]:
@@ -146,9 +160,36 @@ def saved_values(compiled: Any) -> list[SavedValue]:
                 producer=producer,
                 source=source_line(made_by) or source_line(node),
                 is_input=is_input,
+                why=_why_saved(made_by, is_input),
             )
         )
     return rows
+
+
+def _why_saved(node: fx.Node | None, is_input: bool) -> str:
+    from aot.compile.min_cut import is_recomputable
+    from aot.compile.partition import is_random
+
+    if is_input or node is None:
+        return "input"
+    if is_random(node):
+        return "random"
+    return "cheaper to save" if is_recomputable(node) else "needed"
+
+
+def recomputed_ops(compiled: Any) -> list[RecomputedOp]:
+    """Forward ops the backward runs again, in the backward's order, with their estimated FLOPs."""
+    from aot.compile.memory_budget import node_flops
+
+    entry = _entry(compiled)
+    if entry.backward is None or entry.forward is None:
+        return []
+    forward = {node.name for node in entry.forward.graph.nodes if node.op == "call_function"}
+    return [
+        RecomputedOp(node.name, _op_name(node.target), node_flops(node), source_line(node))
+        for node in entry.backward.graph.nodes
+        if node.op == "call_function" and node.name in forward
+    ]
 
 
 def saved_for_backward(compiled: Any) -> list[tuple[str, tuple[int, ...], torch.dtype | None, int]]:
@@ -172,7 +213,8 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
 
 
 def saved_report(compiled: Any) -> str:
-    """The saved-for-backward values as a table: name, dtype[shape], bytes, producing op, user source line."""
+    """The saved-for-backward values as a table (name, dtype[shape], bytes, producing op, why it is saved,
+    user source line), then the forward ops the backward runs again with their estimated FLOPs."""
     rows = saved_values(compiled)
     total = sum(row.nbytes for row in rows)
     lines = [f"saved for backward: {len(rows)} values, {total} bytes ({total / 1024:.1f} KiB)"]
@@ -183,11 +225,19 @@ def saved_report(compiled: Any) -> str:
                 "-" if row.dtype is None else _spec_text(row.dtype, row.shape),
                 str(row.nbytes),
                 row.producer,
+                row.why,
                 row.source or ("" if row.is_input else NOT_RECORDED),
             ]
             for row in rows
         ]
-        lines += ["  " + line for line in _table(["name", "value", "bytes", "op", "source"], cells, right={2})]
+        header = ["name", "value", "bytes", "op", "why", "source"]
+        lines += ["  " + line for line in _table(header, cells, right={2})]
+    recomputed = recomputed_ops(compiled)
+    if recomputed:
+        flops = sum(op.flops for op in recomputed)
+        lines.append(f"recomputed in the backward: {len(recomputed)} ops, {flops} FLOPs")
+        cells = [[op.name, op.producer, str(op.flops), op.source or NOT_RECORDED] for op in recomputed]
+        lines += ["  " + line for line in _table(["name", "op", "flops", "source"], cells, right={2})]
     return "\n".join(lines)
 
 
