@@ -178,10 +178,13 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
-        if torch.is_grad_enabled() and tensor.requires_grad and _creation(tensor) != _CreationMeta.DEFAULT:
+        creation = _creation(tensor)
+        if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
             # Eager takes the history of such a view (a Function's output, one made under no_grad) again
             # here, and refuses to after an in-place change: raise as it does.
             tensor.grad_fn  # noqa: B018
+        if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
+            return tensor  # its history is the Function's, never taken again by strides
         if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
             return tensor
         if tensor.requires_grad and not base.requires_grad:

@@ -308,7 +308,6 @@ KNOWN_WRONG = {
     ("strided_view_then_squeeze_", "no_grad"): (
         "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
     ),
-    ("view_function_of_squeezed_flip", "training"): "wrong grad of the leaf under an expanded input and a ViewOf",
 }
 MODES = ["training", "no_grad", "inference_mode"]
 
