@@ -145,6 +145,13 @@ def _is_view_attribute(func: Any) -> bool:
 _CreationMeta = torch._C._autograd.CreationMeta
 
 
+def _autograd_records() -> bool:
+    """Grad mode is on and autograd's kernels run (an inference_mode caller's trace skips them: eager's
+    inference mode records nothing in an enable_grad region)."""
+    excluded = torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutogradFunctionality)
+    return torch.is_grad_enabled() and not excluded
+
+
 def _creation(view: torch.Tensor) -> Any:
     return torch._C._autograd._get_creation_meta(view)
 
@@ -387,7 +394,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
             if first.untyped_storage().nbytes() > nbytes_before:
                 self.grown[storage_key(first)] = first.untyped_storage().nbytes()
-        grad_enabled = torch.is_grad_enabled()
+        grad_enabled = _autograd_records()
         # An op writing out= an alias of its input returns that alias: not a view it makes.
         writes = written_positions(func, args)
         for position in writes:

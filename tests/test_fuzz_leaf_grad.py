@@ -46,7 +46,16 @@ def _leaf_and_strided_view():
     return (s0[5:9].view(2, 2).detach().requires_grad_(), s2[:, 1::3])
 
 
+# Seed 5 class 12: a leaf written in an enable_grad region of an inference_mode call: eager records nothing, so
+# the compiled call is no training call (which would save inference tensors for a backward).
+def _index_put_leaf_under_enable_grad(a0):
+    with torch.enable_grad():
+        a0.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return ()
+
+
 INFERENCE_MODE = {
+    "index_put_leaf_under_enable_grad": (_index_put_leaf_under_enable_grad, _leaf_3x4),
     "unsqueeze_leaf_under_enable_grad": (_unsqueeze_leaf_under_enable_grad, _leaf_3x4),
     "sin_out_under_enable_grad": (_sin_out_under_enable_grad, _leaf_and_strided_view),
 }
