@@ -146,10 +146,9 @@ _CreationMeta = torch._C._autograd.CreationMeta
 
 
 def _autograd_records() -> bool:
-    """Grad mode is on and autograd's kernels run (an inference_mode caller's trace skips them: eager's
-    inference mode records nothing in an enable_grad region)."""
-    excluded = torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutogradFunctionality)
-    return torch.is_grad_enabled() and not excluded
+    """Grad mode is on, and the caller is not in inference mode (eager's inference mode records nothing in
+    an enable_grad region either)."""
+    return torch.is_grad_enabled() and not CALLER_IN_INFERENCE_MODE.get()
 
 
 def _creation(view: torch.Tensor) -> Any:
