@@ -38,7 +38,9 @@ from aot.compile.policy import ActivationPolicy, PolicyPartition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
+from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
+from aot.wrapped_scalars import scalar_inputs, specialized
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from wrappers import Stage, compile_through, default_layers
 
@@ -129,6 +131,7 @@ class AOTFunction:
         leading_names: Sequence[str] = (),
         state_key: Callable[[], Hashable] | None = None,
         program_key: str | None = None,
+        module: torch.nn.Module | None = None,
     ) -> None:
         self.fn = fn
         self.config = config
@@ -137,6 +140,11 @@ class AOTFunction:
         self._state_key = state_key
         # Set when the program is a GraphModule: compiled entries may then persist across processes.
         self._program_key = program_key
+        # The module whose forward ``fn`` runs: its submodules' paths name them in errors.
+        self._module = module
+        # Modules the traces called, and their hook dicts: a hook added to one later must be refused, not dropped.
+        self._called_modules: list[torch.nn.Module] = []
+        self._hook_tables: list[dict[int, Any]] = []
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
         self._lock = threading.Lock()
 
@@ -158,6 +166,8 @@ class AOTFunction:
         key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
         if self._state_key is not None:
             key = (key, self._state_key())
+        if any(self._hook_tables):
+            key = (key, "hooked")  # traced again: the trace refuses the hook
         found = self._cache.get(key)
         if found is None:
             with self._lock:
@@ -184,6 +194,18 @@ class AOTFunction:
         names = _leaf_names(self.fn, args, kwargs)
         names[: len(self._leading_names)] = self._leading_names
         return names
+
+    def _adopt_modules(self, modules: Sequence[torch.nn.Module]) -> None:
+        """Watch ``modules`` too (called by a trace this function reuses) for hooks added later."""
+        self._called_modules += [m for m in modules if all(m is not seen for seen in self._called_modules)]
+        self._hook_tables = hook_tables(self._called_modules) if self._called_modules else []
+
+    def _module_name(self, module: torch.nn.Module) -> str:
+        if self._module is not None:
+            for path, sub in self._module.named_modules(remove_duplicate=False):
+                if sub is module and path:
+                    return f"submodule {path!r} ({type(module).__name__})"
+        return f"module {type(module).__name__}"
 
     def _flat(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec
@@ -213,7 +235,9 @@ class AOTFunction:
 
         names = self._names(args, kwargs)
         tensors = [leaves[i] for i in positions]
-        meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        with refusing_hooks(self._module_name, self._called_modules):
+            meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers
             infos = (dataclasses.replace(info, static=i < static) for i, info in enumerate(meta.input_info))
@@ -247,6 +271,7 @@ class AOTFunction:
         reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused
+            self._adopt_modules(reused[0].extra.get("called_modules", ()))
             return reused  # type: ignore[no-any-return]
         start = time.perf_counter()
         _check_call(self.fn, args, kwargs)
@@ -290,6 +315,7 @@ class AOTFunction:
             for i, info in enumerate(entry.meta.input_info)
             if info.offset_sensitive
         )
+        entry.extra["called_modules"] = tuple(self._called_modules)
         self._cache[key] = (entry, convention)
         keys.remember_trace(self.fn, self.config, key, (entry, convention))
         return entry, convention
@@ -489,8 +515,9 @@ class AOTModule(torch.nn.Module):
         num = len(groups)
 
         def functional_call(*args: Any, **kwargs: Any) -> Any:
+            # The module's own hooks run around the compiled call, on the real tensors (``forward``).
             with _bound(groups, args[:num]):
-                return module(*args[num:], **kwargs)
+                return module.forward(*args[num:], **kwargs)
 
         submodules = [m for _, m in module.named_modules(remove_duplicate=False)]
 
@@ -498,7 +525,7 @@ class AOTModule(torch.nn.Module):
             return tuple(m.training for m in submodules)
 
         self._compiled = AOTFunction(
-            functional_call, config, leading_names=names, state_key=modes, program_key=program_key
+            functional_call, config, leading_names=names, state_key=modes, program_key=program_key, module=module
         )
         self._lazy = any(_uninitialized(m) for m in submodules)
 
@@ -524,6 +551,10 @@ class AOTModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._lazy:
             self._initialize_lazy(args, kwargs)
+        return call_with_hooks(self.orig_module, self._call_compiled, args, kwargs)
+
+    def _call_compiled(self, *args: Any, **kwargs: Any) -> Any:
+        # Parameters read after the pre-hooks: they may swap them (FSDP gathers the unsharded ones).
         return self._compiled(*self._current_tensors(), *args, **kwargs)
 
     def _initialize_lazy(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -616,18 +647,36 @@ def aot_module_simplified(
         activation_memory_budget=activation_memory_budget,
         activation_policy=activation_policy,
     )
-    # The program is the graph itself: its canonical form keys whole entries across processes.
-    program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
-    compiled = AOTModule(mod, config, program_key=program)
+    positions = scalar_inputs(mod) if isinstance(mod, fx.GraphModule) else []
+    if not positions:
+        compiled = _simplified(mod, config)
 
-    def forward(*runtime_args: Any) -> Any:
-        return compiled(*runtime_args)
+        def forward(*runtime_args: Any) -> Any:
+            return compiled(*runtime_args)
+
+        forward.compiled = compiled.compiled  # type: ignore[attr-defined]
+    else:
+        per_value: dict[tuple[Any, ...], AOTModule] = {}
+
+        def forward(*runtime_args: Any) -> Any:
+            values = tuple(runtime_args[i].item() for i in positions)
+            found = per_value.get(values)
+            if found is None:
+                assert isinstance(mod, fx.GraphModule)
+                found = per_value[values] = _simplified(specialized(mod, positions, values), config)
+                forward.compiled = found.compiled  # type: ignore[attr-defined]  # the latest value's
+            return found(*runtime_args)
 
     forward.zero_grad = mod.zero_grad  # type: ignore[attr-defined]
     forward.named_parameters = mod.named_parameters  # type: ignore[attr-defined]
     forward.named_buffers = mod.named_buffers  # type: ignore[attr-defined]
-    forward.compiled = compiled.compiled  # type: ignore[attr-defined]
     return forward
+
+
+def _simplified(mod: torch.nn.Module, config: AOTConfig) -> AOTModule:
+    # The program is the graph itself: its canonical form keys whole entries across processes.
+    program = entries.program_key(mod, config) if isinstance(mod, fx.GraphModule) else None
+    return AOTModule(mod, config, program_key=program)
 
 
 def aot_export_joint(

@@ -12,6 +12,7 @@ __all__ = [
     "DataDependentError",
     "DoubleBackwardError",
     "FakeKernelError",
+    "UnsupportedHookError",
     "UnsupportedInputError",
     "UnsupportedMutationError",
     "UnsupportedOperatorError",
@@ -32,6 +33,10 @@ class DoubleBackwardError(AOTError, RuntimeError):
 
 class UnsupportedInputError(AOTError, TypeError):
     """An argument the compiled function cannot specialize on or trace."""
+
+
+class UnsupportedHookError(AOTError, NotImplementedError):
+    """A module or tensor hook inside the compiled region, which would run on fake tensors only."""
 
 
 class DataDependentError(AOTError, RuntimeError):

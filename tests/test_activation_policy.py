@@ -95,14 +95,29 @@ def test_must_recompute_a_matmul():
     assert "aten.mm.default" in recomputed(compiled)
 
 
-def test_must_recompute_a_random_op_is_refused():
-    def must_recompute_all(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_RECOMPUTE
+def _must_recompute_all(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_RECOMPUTE
 
+
+def test_must_recompute_a_draw_replays_it():
     def f(x):
         return F.dropout(x, 0.5).sin()
 
-    compiled = aot.aot_function(f, aot.nop, activation_policy=ActivationPolicy(policy_fn=must_recompute_all))
+    compiled = aot.aot_function(f, aot.nop, activation_policy=ActivationPolicy(policy_fn=_must_recompute_all))
+    x = torch.randn(64, requires_grad=True)
+    torch.manual_seed(0)
+    (grad,) = torch.autograd.grad(compiled(x).sum(), x)
+    torch.manual_seed(0)
+    (expected,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(grad, expected)
+    assert any("(replayed)" in op for op in recomputed(compiled))
+
+
+def test_must_recompute_a_draw_from_its_own_generator_is_refused():
+    from tests.test_rng_replay import own_generator_draw
+
+    policy = ActivationPolicy(policy_fn=_must_recompute_all)
+    compiled = aot.aot_function(own_generator_draw, aot.nop, activation_policy=policy)
     with pytest.raises(ValueError, match=r"must be recomputed, but it cannot run again"):
         compiled(torch.randn(8, requires_grad=True))
 

@@ -114,6 +114,10 @@ def _eager_facts(f: Any, tensors: tuple[torch.Tensor, ...]) -> tuple[bool, bool]
     return aliases, grads and any(t.requires_grad for t in inputs)
 
 
+def op_is_differentiable(name: str) -> bool:
+    return bool(_op_db()[name].supports_autograd)
+
+
 def _param(name: str) -> Any:
     if name not in XFAIL:
         return pytest.param(name, id=name)
@@ -156,3 +160,23 @@ def test_op_matches_eager(name: str) -> None:
         assert grad_checked, f"{name}: no sample had a gradient to compare"
     if name in VIEWS:
         assert aliased, f"{name}: no sample returned a view of an input in eager; the alias check compared nothing"
+
+
+PARTITIONERS = {
+    "min_cut": {"partition_fn": aot.min_cut_rematerialization_partition},
+    "budget_half": {"activation_memory_budget": 0.5},
+}
+
+
+@pytest.mark.parametrize("partitioner", list(PARTITIONERS))
+@pytest.mark.parametrize("name", [_param(name) for name in OPS if op_is_differentiable(name)])
+def test_op_under_partitioner(name: str, partitioner: str) -> None:
+    """The first sample of each differentiable op, split by min-cut and by a half budget: as eager."""
+    op = _op_db()[name]
+    sample = next(iter(op.sample_inputs("cpu", _dtype(op), requires_grad=True)))
+    f, tensors = _as_function(op, sample)
+    if 0 in DATA_DEPENDENT.get(name, ()):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(f, tensors, compiled_fn=aot.aot_function(f, aot.nop, **PARTITIONERS[partitioner]))

@@ -223,6 +223,8 @@ def _arg_text(value: Any, names: Mapping[fx.Node, str]) -> str:
         return repr(value)
     if isinstance(value, torch.Tensor):
         return _tensor_text(value)
+    if isinstance(value, torch._ops.OpOverload):  # an op a higher-order op runs (a replayed draw's)
+        return f"op:{value}"
     if isinstance(value, tuple | list):
         inner = ", ".join(_arg_text(item, names) for item in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"

@@ -12,8 +12,9 @@ computed from a tangent), each with two binary choices, ``save[n]`` and ``recomp
 - a recomputed value's inputs are saved or recomputed: ``save[m] + recompute[m] >= recompute[n]``;
 - an input the function writes is saved only where the backward reads it itself: by the
   backward it holds the new values, so nothing may be recomputed from it;
-- graph inputs and random ops are never recomputed (a second draw would differ), ops that
-  write memory or make data-dependent sizes neither; a tuple cannot be saved as one value;
+- graph inputs are never recomputed, ops that write memory or make data-dependent sizes neither;
+  a random draw is, from the generator state the forward saves (``aot.compile.rng_replay``: its
+  bytes count as saved); a tuple cannot be saved as one value;
 - the saved activations fit: ``sum(bytes[n] * save[n]) <= budget``.
 
 It minimizes the recomputed FLOPs (``torch.utils.flop_counter``'s formulas for matmuls,
@@ -52,6 +53,7 @@ from aot.compile.partition import (
     written_by_forward,
 )
 from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
+from aot.compile.rng_replay import STATE_BYTES, replay_draws, replayable
 
 __all__ = ["TIME_LIMIT_S", "ActivationMemoryBudget", "MemoryPlan", "node_flops"]
 
@@ -104,10 +106,11 @@ class ActivationMemoryBudget:
         forward_nodes = ancestors([*parts.fwd_outputs, *saved, *parts.random_in_backward]) | set(parts.primals)
         recomputed = [n for n in joint_module.graph.nodes if n in backward_nodes and n in problem.forward_required]
         forward, backward = split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
+        replay_draws(forward, backward, [node.name for node in recomputed if is_random(node)])
         forward.meta["activation_plan"] = MemoryPlan(
             budget_bytes=budget,
             default_bytes=default_bytes,
-            saved_bytes=_activation_bytes(saved),
+            saved_bytes=_activation_bytes(saved) + STATE_BYTES * sum(is_random(node) for node in recomputed),
             recompute_flops=sum(node_flops(node) for node in recomputed),
             gap=gap,
             saved=tuple(node.name for node in saved),
@@ -167,7 +170,11 @@ class _Problem:
             [node_bytes(n) if ok and n.op != "placeholder" else 0.0 for n, ok in zip(self.nodes, saveable, strict=True)]
         )
         self.flops = np.array([float(node_flops(n)) if n in self.forward_required else 0.0 for n in self.nodes])
-        recomputable = [n.op != "placeholder" and not is_random(n) and can_run_again(n) for n in self.nodes]
+        # A random draw runs again from the generator state the forward saves (``aot.compile.rng_replay``).
+        recomputable = [n.op != "placeholder" and (can_run_again(n) or replayable(n)) for n in self.nodes]
+        self.state_bytes = np.array(
+            [float(STATE_BYTES) if is_random(n) and ok else 0.0 for n, ok in zip(self.nodes, recomputable, strict=True)]
+        )
         if policy is not None:  # the user's word: a saved value is not recomputed, a recomputed one not saved
             for i, node in enumerate(self.nodes):
                 decided = policy.choice(node) if node.op == "call_function" else None
@@ -186,7 +193,7 @@ class _Problem:
         """The saved set of the least-FLOPs plan under ``budget`` (the least-bytes plan if none fits)."""
         count = self.count
         zeros = np.zeros(count)
-        save_bytes = np.concatenate([self.bytes, zeros])
+        save_bytes = np.concatenate([self.bytes, self.state_bytes])  # a replayed draw saves its state
         recompute_flops = np.concatenate([zeros, self.flops])
         least = self._milp(save_bytes, [])
         if least is None:

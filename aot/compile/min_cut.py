@@ -13,9 +13,12 @@ weighted by its bytes (from its fake ``meta["val"]``):
 - what the backward must compute (nodes reading a tangent) hangs off the sink,
   and so does each gradient output;
 - what the backward may not recompute hangs off the source: the primals, random
-  ops (a second draw would differ), and every op the forward needs that is not
-  cheap and safe to run again (matmuls, convolutions, anything not in
+  ops that cannot be replayed (a second draw would differ), and every op the forward
+  needs that is not cheap and safe to run again (matmuls, convolutions, anything not in
   :data:`RECOMPUTABLE`, reductions that shrink their input more than 4x);
+- a CPU draw can be run again from the generator state before it
+  (``aot.compile.rng_replay``): its node hangs off the source through an edge of the
+  state's bytes, so the cut saves the state where that is cheaper than the draw;
 - a cut edge ``n_in -> n_out`` is a saved value; the backward recomputes whatever
   lies between the saved values and the gradients.
 
@@ -48,6 +51,7 @@ from aot.compile.partition import (
     written_by_forward,
 )
 from aot.compile.policy import ActivationPolicy, Choice, policy_of, refuse_must_recompute
+from aot.compile.rng_replay import STATE_BYTES, replay_draws, replayable
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -154,7 +158,7 @@ def _policy_choice(policy: ActivationPolicy | None, node: fx.Node) -> Choice | N
     if decided is None:
         return None
     choice, must = decided
-    if choice is Choice.RECOMPUTE and (is_random(node) or not can_run_again(node)):
+    if choice is Choice.RECOMPUTE and not (replayable(node) or can_run_again(node)):
         if must:
             refuse_must_recompute(node)
         return None
@@ -218,13 +222,17 @@ def min_cut_rematerialization_partition(
             continue
         choice = _policy_choice(policy, node)
         cheap = is_recomputable(node) and not _shrinks(node)
+        replay = replayable(node) and choice is not Choice.SAVE
         pinned = (
             node.op == "placeholder"
-            or is_random(node)
-            or (node in required_forward and (choice is Choice.SAVE or (not cheap and choice is None)))
+            or (is_random(node) and not replay)
+            or (node in required_forward and (choice is Choice.SAVE or (not cheap and choice is None and not replay)))
         )
         if pinned:
             flow.add_edge("source", _in(node), capacity=INF)
+        if replay:  # run again in the backward from its generator state, saved by the forward
+            flow.add_edge("source", _in(node) + "_state", capacity=INF)
+            flow.add_edge(_in(node) + "_state", _in(node), capacity=STATE_BYTES * scale)
         # An input the forward writes holds new values by the backward: saved only where the backward
         # reads it itself (as eager's does), never to recompute from. A value the policy recomputes: never saved.
         unreadable = written_by_forward(node) and not any(user in tangent_dependent for user in node.users)
@@ -250,6 +258,7 @@ def min_cut_rematerialization_partition(
     forward_nodes = ancestors([*parts.fwd_outputs, *saved, *parts.random_in_backward]) | set(parts.primals)
     backward_nodes = ancestors(parts.grads, stop=set(saved)) | set(parts.tangents)
     forward, backward = split_joint(joint_module, parts, forward_nodes, backward_nodes, saved)
+    replay_draws(forward, backward, [node.name for node in backward_nodes if is_random(node)])
     _recompute_where_used(backward)
     return forward, backward
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -145,7 +146,9 @@ def saved_values(compiled: Any) -> list[SavedValue]:
         value = node.meta.get("val")
         made_by = known.get(node.name)
         is_input = made_by is None or made_by.op == "placeholder"
-        if made_by is not None and not is_input:
+        if made_by is not None and _is_draw_state(made_by):
+            producer = f"generator state for {_op_name(made_by.args[0].args[0])}"
+        elif made_by is not None and not is_input:
             producer = _op_name(made_by.target)
         else:
             desc = made_by.meta.get(DESC) if made_by is not None else None
@@ -166,12 +169,23 @@ def saved_values(compiled: Any) -> list[SavedValue]:
     return rows
 
 
+def _is_draw_state(node: fx.Node) -> bool:
+    from torch._prims.rng_prims import run_and_save_rng_state
+
+    source = node.args[0] if node.target is operator.getitem and node.args else None
+    state_of_draw = isinstance(source, fx.Node) and source.target is run_and_save_rng_state
+    index = node.args[1] if len(node.args) > 1 else None
+    return state_of_draw and isinstance(index, int) and index == 0
+
+
 def _why_saved(node: fx.Node | None, is_input: bool) -> str:
     from aot.compile.min_cut import is_recomputable
     from aot.compile.partition import is_random
 
     if is_input or node is None:
         return "input"
+    if _is_draw_state(node):
+        return "replays a draw"
     if is_random(node):
         return "random"
     return "cheaper to save" if is_recomputable(node) else "needed"
@@ -184,12 +198,18 @@ def recomputed_ops(compiled: Any) -> list[RecomputedOp]:
     entry = _entry(compiled)
     if entry.backward is None or entry.forward is None:
         return []
+    from torch._prims.rng_prims import run_with_rng_state
+
     forward = {node.name for node in entry.forward.graph.nodes if node.op == "call_function"}
-    return [
-        RecomputedOp(node.name, _op_name(node.target), node_flops(node), source_line(node))
-        for node in entry.backward.graph.nodes
-        if node.op == "call_function" and node.name in forward
-    ]
+    ops = []
+    for node in entry.backward.graph.nodes:
+        if node.op == "call_function" and node.target is run_with_rng_state:  # a random op, replayed
+            op = f"{_op_name(node.args[1])} (replayed)"
+            numel = node.meta["val"].numel() if isinstance(node.meta.get("val"), torch.Tensor) else 0
+            ops.append(RecomputedOp(node.name, op, numel, source_line(node)))
+        elif node.op == "call_function" and node.name in forward:
+            ops.append(RecomputedOp(node.name, _op_name(node.target), node_flops(node), source_line(node)))
+    return ops
 
 
 def saved_for_backward(compiled: Any) -> list[tuple[str, tuple[int, ...], torch.dtype | None, int]]:
