@@ -11,6 +11,7 @@ op (``aot.compile.functionalize``), and a typed descriptor on every placeholder 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,6 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aot.compile.binding import bindings_held
@@ -93,23 +93,42 @@ def _geometry_changes(meta: ViewAndMutationMeta, fresh_views: FreshViews) -> Ite
         yield
 
 
-class _FlagSetsAsEager(TorchFunctionMode):
-    """``t.requires_grad = flag`` where ``t`` already has that flag does nothing, as on eager's leaf.
+_REQUIRES_GRAD = torch._C.TensorBase.__dict__["requires_grad"]
+_flag_sets = threading.local()
+_flag_lock = threading.Lock()
+_flag_users = 0
+
+
+def _set_requires_grad(tensor: torch.Tensor, flag: bool) -> None:
+    if getattr(_flag_sets, "active", False) and tensor.requires_grad == bool(flag):
+        return
+    _REQUIRES_GRAD.__set__(tensor, flag)
+
+
+@contextlib.contextmanager
+def _flag_sets_as_eager() -> Iterator[None]:
+    """``t.requires_grad = flag`` where ``t`` already has that flag does nothing in this thread, as on eager's leaf.
 
     Meta collection ran the program on fakes as eager's tensors are, so eager set the flag on a leaf (on a
     non-leaf the setter raises, and collection raised it). In a trace the layers may hand the function a
     view standing for that leaf (an alias whose geometry may change, a view of a synthetic base), on
-    which the setter would raise.
+    which the setter would raise. The property is wrapped, not intercepted by a torch-function mode: a
+    mode turns on library code paths made for subclasses.
     """
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
-        if getattr(func, "__name__", "") == "__set__" and attribute == "requires_grad" and len(args) == 2:
-            tensor, flag = args
-            if isinstance(tensor, torch.Tensor) and tensor.requires_grad == bool(flag):
-                return None
-        return func(*args, **kwargs)
+    global _flag_users
+    with _flag_lock:
+        if _flag_users == 0:
+            torch.Tensor.requires_grad = property(_REQUIRES_GRAD.__get__, _set_requires_grad)  # type: ignore[assignment]
+        _flag_users += 1
+    previous, _flag_sets.active = getattr(_flag_sets, "active", False), True
+    try:
+        yield
+    finally:
+        _flag_sets.active = previous
+        with _flag_lock:
+            _flag_users -= 1
+            if _flag_users == 0:
+                del torch.Tensor.requires_grad
 
 
 def trace_joint(
@@ -177,7 +196,7 @@ def _trace_joint_once(
         fresh_views = FreshViews()
         with (
             torch.set_grad_enabled(grad_mode),
-            _FlagSetsAsEager(),
+            _flag_sets_as_eager(),
             _geometry_changes(meta, fresh_views),
             regenerated if regenerated is not None else contextlib.nullcontext(),
         ):
@@ -300,7 +319,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with _FlagSetsAsEager(), _geometry_changes(meta, FreshViews()):
+        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews()):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()
