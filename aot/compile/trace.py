@@ -105,6 +105,11 @@ def _set_requires_grad(tensor: torch.Tensor, flag: bool) -> None:
     _REQUIRES_GRAD.__set__(tensor, flag)
 
 
+class _RequiresGradProperty(property):
+    # The C setter hands torch-function modes this property's ``__set__``; modes tell it by this name.
+    __name__ = "requires_grad"
+
+
 @contextlib.contextmanager
 def _flag_sets_as_eager() -> Iterator[None]:
     """``t.requires_grad = flag`` where ``t`` already has that flag does nothing in this thread, as on eager's leaf.
@@ -118,7 +123,7 @@ def _flag_sets_as_eager() -> Iterator[None]:
     global _flag_users
     with _flag_lock:
         if _flag_users == 0:
-            torch.Tensor.requires_grad = property(_REQUIRES_GRAD.__get__, _set_requires_grad)  # type: ignore[assignment]
+            torch.Tensor.requires_grad = _RequiresGradProperty(_REQUIRES_GRAD.__get__, _set_requires_grad)  # type: ignore[assignment]
         _flag_users += 1
     previous, _flag_sets.active = getattr(_flag_sets, "active", False), True
     try:
