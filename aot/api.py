@@ -181,7 +181,7 @@ class AOTFunction:
             found = self._cache.get(key)
             if found is None:
                 with self._lock:
-                    found = self._cache.get(key) or self._compile(args, kwargs, key)
+                    found = self._cache.get(key) or self._compile_outside_inference_mode(args, kwargs, key)
             entry, convention = found
         runtime = entry.runtime
         assert runtime is not None

@@ -11,12 +11,17 @@ class and, for each class, its smallest program (shrunk further by removing step
 the signature stays), as a runnable script. Refusals (``aot.errors.UnsupportedMutationError``,
 the documented one) are counted apart with their messages. ``--report PATH`` writes the
 same as Markdown. Exit status 1 when any program differed from eager.
+
+A program drawing ``reuse`` calls its compiled function again on ``make_args_again()``
+(other kinds of arguments); a difference there that a function compiled afresh for those
+arguments does not show is the reused entry's, and its signature starts with ``reuse:``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import logging
 import pathlib
@@ -27,6 +32,7 @@ import time
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import torch
 
@@ -111,19 +117,36 @@ def classify(error: BaseException) -> Outcome:
 def run_one(program: Program, mode: str) -> Outcome:
     logging.disable(logging.ERROR)  # fake tensors log the errors that the outcome reports anyway
     grad_mode = torch.is_grad_enabled()
+    options = {"deep": True, **program.tolerances(), **({} if mode == "training" else {"backward": False})}
+    context = {"training": contextlib.nullcontext, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
     try:
         f, make_args = program.compile()
-        with warnings.catch_warnings():
+        make_args_again = program.compile_again()
+        with warnings.catch_warnings(), context[mode]():
             warnings.simplefilter("ignore")
-            if mode == "training":
-                check(f, make_args, deep=True, **program.tolerances())
-            else:
-                with torch.inference_mode() if mode == "inference_mode" else torch.no_grad():
-                    check(f, make_args, backward=False, deep=True, **program.tolerances())
+            compiled = check(f, make_args, **options)
+            if make_args_again is not None:
+                return _second_call(program, f, compiled, make_args_again, options)
     except Exception as error:
         return _which_output(classify(error), program)
     finally:
         torch.set_grad_enabled(grad_mode)
+    return Outcome("ok")
+
+
+def _second_call(program: Program, f: Any, compiled: Any, make_args_again: Any, options: dict[str, Any]) -> Outcome:
+    """``reuse``: the compiled function called again on other kinds of arguments. A difference there that a
+    function compiled afresh for them does not show is the reuse's: its signature says ``reuse:``."""
+    try:
+        check(f, make_args_again, compiled_fn=compiled, **options)
+    except Exception as error:
+        try:
+            # A new function object: aotfx reuses a trace of the same one for an equal input signature.
+            check(program.compile()[0], make_args_again, **options)
+        except Exception as fresh_error:
+            return _which_output(classify(fresh_error), program)
+        outcome = _which_output(classify(error), program)
+        return dataclasses.replace(outcome, kind="failure", signature=f"reuse: {outcome.signature}")
     return Outcome("ok")
 
 
@@ -165,11 +188,18 @@ def _drop_arg(program: Program, k: int) -> Program:
     )
     returns = tuple(rename(r) for r in program.returns if r != f"a{k}")
     args = program.args[:k] + program.args[k + 1 :]
-    return dataclasses.replace(program, args=args, steps=steps, returns=returns)
+    # make_args_again's lines index the arguments: a[k]'s go, later ones move down.
+    again = tuple(
+        re.sub(r"\ba\[(\d+)\]", lambda m: f"a[{int(m[1]) - (int(m[1]) > k)}]", line)
+        for line in program.again
+        if f"a[{k}]" not in line
+    )
+    return dataclasses.replace(program, args=args, steps=steps, returns=returns, again=again)
 
 
 def _smaller(program: Program) -> list[Program]:
-    """Candidate simplifications: drop an argument, a setup line, a step, a return or the total; unwrap a block."""
+    """Candidate simplifications: drop an argument, a setup line, a step, a return, the total or a line of
+    ``make_args_again``; unwrap a block."""
     out = []
     for k in range(len(program.args)):
         if len(program.args) > 1 and not any(
@@ -196,6 +226,8 @@ def _smaller(program: Program) -> list[Program]:
         out.append(dataclasses.replace(program, returns=program.returns[:i] + program.returns[i + 1 :]))
     if program.total:
         out.append(dataclasses.replace(program, total=False))
+    for i in range(len(program.again)):
+        out.append(dataclasses.replace(program, again=program.again[:i] + program.again[i + 1 :]))
     return out
 
 

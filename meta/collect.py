@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import corresponding_real_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,6 +39,7 @@ from meta.overlap import (
     order_dependent_read,
 )
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
+from meta.storage_set import STORAGE_SET_OPS, StorageOwners
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -122,6 +124,9 @@ _INPLACE_VIEW_METHODS = frozenset(
         "set_",
     }
 )
+_RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+# ``set_``'s out-of-place twins, as a recorded step of a view chain.
+_SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
 _SET_OPS = frozenset(
     {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
 )
@@ -155,6 +160,30 @@ def _creation(view: torch.Tensor) -> Any:
     return torch._C._autograd._get_creation_meta(view)
 
 
+def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
+    if base == dtype:
+        return True
+    if dtype.is_complex:
+        return base == corresponding_real_dtype(dtype)
+    return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
+def _reinterpreted(
+    base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> torch.Tensor:
+    """A view of ``base`` in ``dtype`` (``_reinterpretable``) with ``geometry`` (in ``dtype``'s elements),
+    history reaching ``base``: as_strided keeps the dtype; a complex view of real memory is
+    ``view_as_complex`` of its real pairs, a real one of complex memory is taken from ``view_as_real``."""
+    size, stride, offset = geometry
+    if base.dtype == dtype:
+        return base.as_strided(size, stride, offset)
+    if dtype.is_complex:
+        pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
+        return torch.view_as_complex(pairs)
+    return torch.view_as_real(base).as_strided(size, stride, offset)
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -165,6 +194,10 @@ class FreshViews(TorchFunctionMode):
     after such a change, every op on the view (while tracing or collecting
     meta) gets ``base.as_strided(view's current geometry)`` in its place:
     the same memory, with autograd history regenerated as eager regenerates it.
+
+    A changed view made a leaf (``requires_grad_()`` on a view of memory needing
+    no grad) keeps no view history: views taken from it are taken again from it
+    instead (its *anchor*), not from its base.
     """
 
     def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
@@ -178,9 +211,22 @@ class FreshViews(TorchFunctionMode):
         # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
         # view's history), so elements the old geometry does not span get no gradient.
         self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Views set_() moved to other memory under no_grad (their history is taken again from their base).
+        self._moved_under_no_grad: set[int] = set()
+        # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
+        self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
+        # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
+        self._dtype_of_base: dict[int, torch.Tensor] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        anchored = self._anchored.get(id(tensor))
+        if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
+            fresh = _reinterpreted(anchored[1], tensor.dtype, _geometry(tensor))
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
@@ -191,16 +237,32 @@ class FreshViews(TorchFunctionMode):
             tensor.grad_fn  # noqa: B018
         if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
             return tensor  # its history is the Function's, never taken again by strides
-        if base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype (``.real``)
-            return tensor
+        if not _reinterpretable(base.dtype, tensor.dtype):
+            return tensor  # a dtype no view of the base reaches
         if tensor.requires_grad and not base.requires_grad:
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
-        if storage_key(base) != storage_key(tensor):  # set_() moved it to other memory: no view of its base
-            return tensor
-        through = base
-        for size, stride, offset in self._recorded.get(id(tensor), ()):
-            through = through.as_strided(size, stride, offset)
-        fresh = through.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
+            moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
+            if not (moved_under_no_grad or id(base) in self._changed_bases) or base.dtype != tensor.dtype:
+                return tensor
+            # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
+            # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
+            with torch.enable_grad():
+                fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+            version = fresh._version
+            with torch.no_grad():
+                fresh.set_(tensor)  # type: ignore[call-overload]
+            torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # no write of the caller's
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
+        fresh = base
+        # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
+        regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
+            fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
+        for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
+            fresh = _reinterpreted(fresh, tensor.dtype, geometry)
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -218,7 +280,12 @@ class FreshViews(TorchFunctionMode):
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
             if torch.is_grad_enabled() and args[0].requires_grad:
                 self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
-        if (self._changed or self._changed_bases) and not own_object:
+        if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
+            # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
+            # requiring grad) is off: so is it here, the collection and the trace running outside it.
+            with torch.inference_mode():
+                out = func(*args, **kwargs)
+        elif (self._changed or self._changed_bases) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self.fresh(first) if isinstance(first, torch.Tensor) else first
@@ -233,15 +300,35 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
+        self._anchor(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
+            if name == "set_":
+                (self._moved_under_no_grad.discard if torch.is_grad_enabled() else self._moved_under_no_grad.add)(
+                    id(args[0])
+                )
         for tensor in changed:
             if tensor._is_view():
                 self._changed[id(tensor)] = tensor
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _anchor(self, first: Any, out: Any) -> None:
+        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
+        is a view of another dtype taken from a tensor that is no view."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is first or storage_key(out) != storage_key(first):
+            return
+        if first._base is None and out.dtype != first.dtype:
+            self._dtype_of_base[id(out)] = out
+        anchored = self._anchored.get(id(first))
+        if anchored is not None and anchored[0] is first:
+            self._anchored[id(out)] = (out, anchored[1])
+        elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
+            self._anchored[id(out)] = (out, first)
 
 
 @dataclasses.dataclass
@@ -298,6 +385,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
         # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
         self.set_refusal: tuple[Any, torch.Tensor] | None = None
+        # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then.
+        self.moved_history: dict[int, int] = {}
+        # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
+        self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
         # The sources' version counters as last seen, and, per source, the clock of the last data write
         # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
@@ -312,6 +403,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
+        self._storage_owners = StorageOwners(alias_sources)
 
     def node(self, tensor: torch.Tensor) -> _Node:
         found = self.nodes.get(id(tensor))
@@ -370,14 +462,19 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             version = -1 if initial_version is None else first._version - initial_version
         nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
         set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
-        if func in (_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset):
+        func, args, kwargs = self._storage_owners.as_tensor_set(func, args, kwargs)
+        if func in STORAGE_SET_OPS:
             raise UnsupportedMutationError(
-                f"{func}: set_() onto an UntypedStorage cannot be traced (a graph has no storage values); "
-                "set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, offset))"
+                f"{func}: set_() onto an UntypedStorage no tensor of the function holds cannot be traced (a graph "
+                "has no storage values); set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, "
+                "offset))"
             )
         if self._source_storages:
-            self._note_storage_use(func, [*args, *kwargs.values()])
+            # A set_() leaves its target's memory: where the target sat in it no longer matters.
+            used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
+            self._note_storage_use(func, used)
         out = func(*args, **kwargs)
+        self._storage_owners.note([out])
         if set_from is not None and first is not None:
             self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
@@ -434,12 +531,23 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
         its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
         new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
-        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, or
-        no output has a gradient (``collect_meta`` decides, after the run)."""
+        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, no
+        output has a gradient (``collect_meta`` decides, after the run), or the input is a view of a base
+        requiring grad, which the MetadataMutation layer then hands the function."""
         # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
         if torch.is_grad_enabled() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
         root = tensor._base if tensor._base is not None else tensor
+        # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
+        leaf_same_shape = tensor._base is None and _is_leaf(tensor) and before[1][0] == tuple(tensor.shape)
+        base = _base_state(tensor)
+        if id(tensor) in self._alias_sources and (
+            leaf_same_shape or (base is not None and self._bases_as_called.get(id(tensor)) == base)
+        ):
+            # An input that is a view of a base requiring grad: the MetadataMutation layer hands the function
+            # that base, from which later uses take the input's history again (``InputAliasInfo.moves_history``).
+            self.moved_history.setdefault(id(tensor), self.clock)
+            return
         if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
             self.set_refusal = (func, tensor)
 
@@ -617,15 +725,31 @@ def collect_meta(
             ):
                 outs = list(flat_fn(*fakes))
             recorder.settle()
-        except Exception:
-            if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
+        except Exception as error:
+            # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
+            resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require" in str(error)
+            if needs_fresh_views or not (resize_refused or any(w.metadata_only for w in recorder.writes)):
                 raise
             continue
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
             break
 
-    if recorder.set_refusal is not None and any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+    # Only outputs with a history differentiate the moved input (a returned leaf has none); under the
+    # caller's inference_mode none has (collection runs outside it, under no_grad, where an enable_grad
+    # region makes outputs with history).
+    differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
+        isinstance(o, torch.Tensor) and o.requires_grad and not _is_leaf(o) for o in outs
+    )
+    for fake, real in zip(fakes, flat_args, strict=True):
+        # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
+        movable = real.is_leaf or (real._base is not None and real._base.requires_grad)
+        if id(fake) in recorder.moved_history and not movable:
+            del recorder.moved_history[id(fake)]
+            recorder.set_refusal = recorder.set_refusal or (_aten.set_.source_Tensor, fake)
+    if recorder.set_refusal is not None and differentiated:
         _refuse_set(*recorder.set_refusal, fakes, names)
+    if differentiated:
+        _refuse_moved_then_written(recorder, fakes, names)
     fake_ids = {id(fake) for fake in fakes}
     # Each data write's root: the input it went through (its memory outside the input's elements too).
     write_roots = [
@@ -650,8 +774,17 @@ def collect_meta(
             if not recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]:
                 absolute.add(storage_key(out))  # rebuilt by strides, at an absolute offset
 
+    # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
+    # again from the caller's tensor once it is moved.
+    moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
+    after_set = set()
+    for out in outs:
+        root = recorder.chain_to_root(out, lambda t: id(t) in input_position)[0]
+        if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
+            after_set.add(id(out))
     storage_set_to = [
-        _new_storage(fake, key, initial_storages, outs) for fake, (key, _) in zip(fakes, initial_storages, strict=True)
+        _new_storage(fake, key, initial_storages, [None if id(o) in after_set else o for o in outs])
+        for fake, (key, _) in zip(fakes, initial_storages, strict=True)
     ]
     input_info = tuple(
         _input_info(
@@ -670,6 +803,7 @@ def collect_meta(
             set_to,
             _history(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
+            id(fake) in recorder.moved_history,
         )
         for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
             names,
@@ -718,7 +852,10 @@ def collect_meta(
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
-        if not chain:
+        # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
+        set_onto = out._base is None and storage_key(out) in input_storage
+        set_onto = set_onto and any(step.op in _SET_TWINS for step in chain)
+        if not chain or set_onto:
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
@@ -727,6 +864,13 @@ def collect_meta(
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
                     step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
+                    if out.requires_grad and not _history_of_set(out):
+                        # set_() under no_grad kept the tensor's own history: the graph computes it, the
+                        # epilogue puts it on a tensor set_() onto the caller's input.
+                        step = dataclasses.replace(step, grad_enabled=False)
+                        alias = ComputedAlias(base, (step,), in_place=True)
+                        output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
+                        continue
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
@@ -743,6 +887,11 @@ def collect_meta(
                 output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
+            continue
+        if id(root) in input_position and id(out) in after_set:
+            base = input_position[id(root)]
+            chain = _from_moved_geometry(chain, root, initial_geometry[base], root_geometry)
+            output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, after_set=True))
             continue
         if id(root) in input_position:
             base = input_position[id(root)]
@@ -781,6 +930,39 @@ def collect_meta(
     )
 
 
+def _base_state(tensor: torch.Tensor) -> int | None:
+    """For a view of a base requiring grad, within the base's storage: the base. Eager takes the view's
+    history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``), which a stand-in can
+    too while it is the caller's base (requiring grad when the call starts; writes into it since are in its
+    history inside the graph, the synthetic-base layer making both views of one base)."""
+    base = tensor._base
+    if base is None or not base.requires_grad or base.dtype != tensor.dtype:
+        return None
+    if storage_extent(tensor)[1] * tensor.element_size() > base.untyped_storage().nbytes():
+        return None
+    return id(base)
+
+
+def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+    """Refuse a write under grad mode into an input after set_() moved its history: eager records it as a
+    write into the input's base (whose history the caller sees change), which the graph cannot give the base."""
+    for i, fake in enumerate(fakes):
+        since = recorder.moved_history.get(id(fake))
+        if since is None:
+            continue
+        for write in recorder.writes:
+            # Through the input (or a view of its base taken after): writes through other tensors, or through
+            # ones autograd does not track (``.data``), leave its base's history alone, in eager too.
+            through = write.tensor is fake or (write.tensor._base is not None and write.tensor._base is fake._base)
+            recorded = write.grad_enabled and write.tensor.requires_grad and not write.metadata_only
+            if write.seq > since and recorded and through and write.hits(fake):
+                raise UnsupportedMutationError(
+                    f"input {i} ({names[i]}) is written in place under grad mode after set_() under no_grad moved "
+                    "it: eager records the write into the history of the input's base, which the compiled function "
+                    "cannot give the caller's base; clone() the input after the set_()"
+                )
+
+
 def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
     root = tensor._base if tensor._base is not None else tensor
     which = [
@@ -795,6 +977,11 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
         "of its later uses follow the caller's tensor into its new place, which the compiled graph cannot "
         "reproduce; set_() a tensor that does not require grad, or copy_() the values instead"
     )
+
+
+def _history_of_set(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s history is the one ``set_()`` leaves under grad mode (it has no derivative)."""
+    return type(tensor.grad_fn).__name__ == "NotImplemented"
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
@@ -882,6 +1069,7 @@ def _input_info(
     storage_set_to: tuple[str, int] | None,
     history_rewritten: bool,
     storage_grown_to: int,
+    moves_history: bool,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -928,13 +1116,14 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         storage_grown_to=storage_grown_to,
+        moves_history=moves_history,
     )
 
 
 def _is_leaf(tensor: torch.Tensor) -> bool:
     try:
         return bool(tensor.is_leaf)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 
 
@@ -946,15 +1135,28 @@ def _history(tensor: torch.Tensor) -> Any:
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:
     try:
         return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
-    except (RuntimeError, IndexError):  # a view whose base changed geometry fails to regenerate its history
+    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
+
+
+def _from_moved_geometry(
+    chain: tuple[ViewStep, ...],
+    root: torch.Tensor,
+    initial: tuple[tuple[int, ...], tuple[int, ...], int],
+    geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None,
+) -> tuple[ViewStep, ...]:
+    """``chain`` of a view of a moved input, its first step from the geometry the input had then, with the
+    offset relative to the input's final one (the caller's tensor is moved before the view is taken again)."""
+    size, stride, offset = geometry if geometry is not None else initial
+    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - int(root.storage_offset())))
+    return (first, *chain[1:])
 
 
 def _new_storage(
     fake: torch.Tensor,
     initial_key: int,
     initial_storages: Sequence[tuple[int, tuple[int, int]]],
-    outs: Sequence[torch.Tensor],
+    outs: Sequence[torch.Tensor | None],
 ) -> tuple[str, int] | None:
     """Where ``set_()`` moved an input: another input's storage, an output's, or one made inside."""
     key = storage_key(fake)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._prims_common import compute_elementwise_output_strides
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 __all__ = ["OutResize", "resize_outs_as_eager"]
@@ -40,7 +40,8 @@ def _eager_geometry(func: Any, args: Any, kwargs: dict[str, Any], names: list[st
             stand_ins[name] = [t.new_empty(0) for t in value] if is_list else value.new_empty(0)
         func(*args, **{**kwargs, **stand_ins})
     pointwise = torch.Tag.pointwise in func.tags
-    inputs = [t for t in args if isinstance(t, torch.Tensor) and t.dim() > 0]
+    operands = [*args, *(value for name, value in kwargs.items() if name not in names)]
+    inputs = [t for t in operands if isinstance(t, torch.Tensor)]
     found: dict[int, tuple[Any, Any]] = {}
     for name in names:
         value, stand_in = kwargs[name], stand_ins[name]
@@ -51,10 +52,59 @@ def _eager_geometry(func: Any, args: Any, kwargs: dict[str, Any], names: list[st
             shape = tuple(result.shape)
             stride = tuple(result.stride())
             if pointwise and inputs and result.numel() > 0:  # an empty result stays contiguous
-                with _disable_current_modes():
-                    stride = tuple(compute_elementwise_output_strides(*(t.expand(shape) for t in inputs)))
+                stride = _tensor_iterator_strides(inputs, shape) or stride
             found[id(out)] = (shape, stride)
     return found
+
+
+def _tensor_iterator_strides(inputs: list[torch.Tensor], shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides TensorIterator gives an output it allocates of ``shape`` (None: contiguous), as its
+    ``fast_set_up`` and ``reorder_dimensions`` choose them, ties between size-1 and equal-stride dimensions
+    broken as it breaks them (``compute_elementwise_output_strides`` breaks them otherwise)."""
+    shapes = [tuple(t.shape) for t in inputs]
+    scalars_and_tensors = any(not s for s in shapes) and any(shapes)
+    if all(s == shapes[0] for s in shapes) and not scalars_and_tensors:
+        if all(t.is_contiguous() for t in inputs):
+            return None
+        if all(t.is_contiguous(memory_format=torch.channels_last) for t in inputs):
+            return tuple(torch.empty(shape, device="meta", memory_format=torch.channels_last).stride())
+        if all(is_non_overlapping_and_dense_or_false(t) and t.stride() == inputs[-1].stride() for t in inputs):
+            return tuple(inputs[-1].stride())
+    ndim = len(shape)
+    # Each input's strides over the output's dimensions; 0 where it broadcasts.
+    strides = []
+    for t in inputs:
+        padded = [0] * (ndim - t.dim()) + list(t.stride())
+        sizes = [1] * (ndim - t.dim()) + list(t.shape)
+        strides.append([0 if n == 1 and size != 1 else st for n, size, st in zip(sizes, shape, padded, strict=True)])
+
+    def should_swap(dim0: int, dim1: int) -> int:
+        for st in strides:
+            if st[dim0] == 0 or st[dim1] == 0:
+                continue
+            if st[dim0] != st[dim1]:
+                return 1 if st[dim0] > st[dim1] else -1
+            if shape[dim0] > shape[dim1]:
+                return 1
+        return 0
+
+    # Fastest-moving dimension first; an insertion sort that stops at the first strict preference.
+    perm = list(reversed(range(ndim)))
+    for i in range(1, ndim):
+        dim1 = i
+        for dim0 in reversed(range(i)):
+            comparison = should_swap(perm[dim0], perm[dim1])
+            if comparison > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif comparison < 0:
+                break
+    result = [0] * ndim
+    next_stride = 1
+    for dim in perm:
+        result[dim] = next_stride
+        next_stride *= shape[dim]
+    return tuple(result)
 
 
 def resize_outs_as_eager(func: Any, args: Any, kwargs: dict[str, Any]) -> None:

@@ -167,6 +167,9 @@ class InputAliasInfo:
     # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
     # size in bytes after the call; 0 when it keeps its size.
     storage_grown_to: int = 0
+    # ``set_()`` under no_grad moved the input, a view of a base requiring grad, to another geometry: eager
+    # takes its history again from the base in the new geometry, so later uses differentiate the base there.
+    moves_history: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False
@@ -231,6 +234,9 @@ class OutputAliasInfo:
     computed_alias: ComputedAlias | None = None
     # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
     is_leaf: bool = False
+    # A view of the input taken after set_() moved it to other memory: taken again from the caller's tensor
+    # once it is moved (the first step's ``from_geometry`` offset relative to the input's final offset).
+    after_set: bool = False
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: UserArg | None = None
@@ -257,6 +263,8 @@ class OutputAliasInfo:
             raise ValueError(f"{self.output_type}: only a computed output is a computed alias of an input")
         if self.new_value_of is not None and self.output_type != OutputType.NON_ALIAS:
             raise ValueError(f"{self.output_type}: only a computed output is an input's new value")
+        if self.after_set and self.output_type != OutputType.ALIAS_OF_INPUT:
+            raise ValueError(f"{self.output_type}: only a view of an input is taken after the input's set_()")
         has_chain = self.output_type in (OutputType.ALIAS_OF_INPUT, OutputType.ALIAS_OF_INTERMEDIATE)
         if bool(self.view_chain) != has_chain:
             raise ValueError(f"{self.output_type}: a view chain is {'required' if has_chain else 'not allowed'}")

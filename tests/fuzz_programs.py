@@ -72,6 +72,15 @@ Steps:
     ``torch.clamp``);
   - ``nested_grad_mode``: grad-mode regions nested in grad-mode regions.
 
+Calls:
+  - ``reuse``: the compiled function, after its calls on ``make_args()``, is called again on
+    ``make_args_again()``: the same shapes and dtypes, one or two arguments changed in
+    ``requires_grad`` (a leaf, a view of a leaf, or none), inference-ness, storage offset,
+    strides, or aliasing (two arguments made the same tensor or views of one storage, or
+    arguments sharing a storage given their own): a compiled entry reused where the change
+    matters shows as a difference from eager on that call. Drawn after everything else, so a
+    program's other draws do not depend on it.
+
 The oracle (``tests/oracle.py`` ``check``) runs each program eagerly and compiled, in
 training and under ``no_grad``.
 """
@@ -79,6 +88,7 @@ training and under ``no_grad``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import warnings
 from collections.abc import Callable, Iterator
@@ -134,6 +144,8 @@ FEATURES: tuple[str, ...] = (
     "autocast",
     "more_writes",
     "nested_grad_mode",
+    # calls
+    "reuse",
 )
 # What the first fuzzer drew.
 BASELINE = frozenset({"alias_inputs", "views", "inplace", "no_grad_write", "metadata_inputs"})
@@ -244,6 +256,8 @@ class Program:
     returns: tuple[str, ...]
     total: bool = True
     input_features: frozenset[str] = field(default_factory=frozenset)
+    # ``reuse``: the body of ``make_args_again`` between ``a = list(make_args())`` and ``return tuple(a)``.
+    again: tuple[str, ...] = ()
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -251,7 +265,7 @@ class Program:
 
     @property
     def features(self) -> frozenset[str]:
-        return self.input_features | {step.feature for step in self.steps}
+        return self.input_features | {step.feature for step in self.steps} | ({"reuse"} if self.again else set())
 
     def defined(self) -> tuple[str, ...]:
         names = list(self.params)
@@ -276,17 +290,26 @@ class Program:
         make_args = ["def make_args():", "    g = torch.Generator().manual_seed(0)"]
         make_args += [f"    {line}" for line in self.setup]
         make_args.append(f"    return ({', '.join(self.args)},)")
+        if self.again:
+            make_args += ["", "", "def make_args_again():", "    a = list(make_args())"]
+            make_args += ["    g = torch.Generator().manual_seed(1)", *(f"    {line}" for line in self.again)]
+            make_args.append("    return tuple(a)")
         f = [f"def f({', '.join(self.params)}):"] + [f"    {line}" for line in self.body()]
         return "".join(parts) + "\n".join(make_args) + "\n\n\n" + "\n".join(f) + "\n"
 
     def source(self, mode: str = "training") -> str:
         """A runnable script (from the repository root) that checks this program against eager."""
         extra = "".join(f", {name}={value}" for name, value in self.tolerances().items())
+        if mode != "training":
+            extra = f", backward=False{extra}"
+        calls = [f"check(f, make_args{extra})"]
+        if self.again:  # the same compiled function, called again on other kinds of arguments
+            calls = [f"compiled = {calls[0]}", f"check(f, make_args_again, compiled_fn=compiled{extra})"]
         if mode == "training":
-            call = f"check(f, make_args{extra})"
+            call = "\n".join(calls)
         else:
             context = "torch.inference_mode()" if mode == "inference_mode" else "torch.no_grad()"
-            call = f"with {context}:\n    check(f, make_args, backward=False{extra})"
+            call = f"with {context}:\n" + "\n".join(f"    {line}" for line in calls)
         return f"import torch\n\nfrom tests.oracle import check\n\n\n{self.program_source()}\n\n{call}\n"
 
     def tolerances(self) -> dict[str, float]:
@@ -295,12 +318,21 @@ class Program:
 
     def compile(self) -> tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]:
         """``(f, make_args)`` of this program."""
-        namespace: dict[str, Any] = {"torch": torch}
-        exec(compile(self.program_source(), "<fuzz program>", "exec"), namespace)
+        namespace = self._namespace()
         return namespace["f"], namespace["make_args"]
 
+    def compile_again(self) -> Callable[[], tuple[torch.Tensor, ...]] | None:
+        """``make_args_again`` of this program (``reuse``), or None."""
+        return self._namespace()["make_args_again"] if self.again else None
+
+    def _namespace(self) -> dict[str, Any]:
+        namespace: dict[str, Any] = {"torch": torch}
+        exec(compile(self.program_source(), "<fuzz program>", "exec"), namespace)
+        return namespace
+
     def size(self) -> tuple[int, int]:
-        return (sum(len(step.lines) for step in self.steps) + len(self.args) + len(self.returns), len(self.source()))
+        lines = sum(len(step.lines) for step in self.steps) + len(self.args) + len(self.returns) + len(self.again)
+        return (lines, len(self.source()))
 
     def __repr__(self) -> str:
         return self.program_source()
@@ -913,7 +945,155 @@ def draw_program(rng: random.Random, features: frozenset[str] = ALL, max_steps: 
         simulation.reset(steps)
     names = list(params) + [n for step in steps for n in step.defines]
     returns = tuple(rng.sample(names, k=min(len(names), rng.randint(0, 3))))
-    return Program(tuple(setup), tuple(args), tuple(steps), returns, True, input_features)
+    program = Program(tuple(setup), tuple(args), tuple(steps), returns, True, input_features)
+    if "reuse" in features and rng.random() < 0.5:
+        program = _with_second_call(rng, program)
+    return program
+
+
+# ---------------------------------------------------------------------------------------------
+# A second call (``reuse``)
+
+
+def _original_args(program: Program) -> list[torch.Tensor]:
+    namespace: dict[str, Any] = {"torch": torch}
+    exec("g = torch.Generator().manual_seed(0)\n" + "\n".join(program.setup), namespace)
+    return [namespace[arg] for arg in program.args]
+
+
+def _grad_line(rng: random.Random, i: int, requires_grad: bool) -> str:
+    """Make ``a[i]`` (a tensor of its own memory) require grad: as a leaf, or as a view of one."""
+    if not requires_grad:
+        return ""
+    return rng.choice([f"a[{i}] = a[{i}].detach().requires_grad_()", f"a[{i}] = a[{i}].detach().requires_grad_()[...]"])
+
+
+class _Again:
+    """Draws the lines of ``make_args_again``: the arguments of ``make_args`` with one or two changed."""
+
+    def __init__(self, rng: random.Random, program: Program) -> None:
+        self.rng, self.program = rng, program
+        self.values = _original_args(program)
+        self.lines: list[str] = []
+        self.storages = 0
+
+    def storage(self, i: int, numel: int, inference: bool = False) -> str:
+        """A new storage for ``a[i]``, of ``numel`` elements and as many again as ``a[i]``'s has: a program's
+        ``resize_`` growing within the old one grows within this one (past it, memory is uninitialized)."""
+        v = self.values[i]
+        name = f"r{self.storages}"
+        self.storages += 1
+        kind = {torch.int64: "int", torch.complex64: "complex"}.get(v.dtype, "float")
+        line = f"{name} = {_new(kind, (numel + _storage_numel(v),))}"
+        self.lines.append(f"with torch.inference_mode(): {line}" if inference else line)
+        return name
+
+    def exact(self, i: int) -> bool:
+        return self.values[i].dtype != torch.int64
+
+    def grad(self, i: int) -> bool:
+        """Flip ``requires_grad``: a tensor requiring grad gets none, one requiring none becomes a leaf or a
+        view of one (same memory and geometry)."""
+        v = self.values[i]
+        if not self.exact(i):
+            return False
+        if v.requires_grad:
+            self.lines.append(f"a[{i}] = a[{i}].detach()")
+            return True
+        if v.is_inference():
+            self.lines.append(f"a[{i}] = a[{i}].clone()")  # a normal tensor: an inference one cannot be saved
+        self.lines.append(_grad_line(self.rng, i, True))
+        return True
+
+    def inference(self, i: int) -> bool:
+        """An inference tensor (requiring no grad) with ``a[i]``'s values."""
+        v = self.values[i]
+        if v.is_inference():
+            return False
+        r = self.storage(i, v.numel(), inference=True)
+        self.lines.append(f"a[{i}] = {r}[:{v.numel()}].view({tuple(v.shape)})")
+        return True
+
+    def relaid(self, i: int, kind: str) -> bool:
+        """``a[i]`` in memory of its own at a storage offset, or strided (transposed or every other element)."""
+        v = self.values[i]
+        shape, numel = tuple(v.shape), v.numel()
+        if v.is_inference() or numel == 0:
+            return False
+        if kind == "offset":
+            offset = self.rng.randint(1, 3)
+            r = self.storage(i, numel + offset)
+            self.lines.append(f"a[{i}] = {r}[{offset}:{offset + numel}].view({shape})")
+        elif v.dim() >= 2:
+            r = self.storage(i, numel)
+            dims = tuple(reversed(range(v.dim())))
+            self.lines.append(f"a[{i}] = {r}[:{numel}].view({tuple(reversed(shape))}).permute{dims}")
+        elif v.dim() == 1:
+            r = self.storage(i, 2 * numel)
+            self.lines.append(f"a[{i}] = {r}[: {2 * numel}:2]")
+        else:
+            return False
+        grad = v.requires_grad if self.rng.random() < 0.8 else not v.requires_grad
+        if grad and self.exact(i):
+            self.lines.append(_grad_line(self.rng, i, True))
+        return True
+
+    def alias(self, i: int) -> bool:
+        """``a[i]`` and a later argument of its shape and dtype: the same tensor, or views of one storage; or,
+        if ``a[i]`` shares its storage with another argument, memory of its own."""
+        values, rng = self.values, self.rng
+        v = values[i]
+        key = v.untyped_storage()._cdata
+        if any(j != i and w.untyped_storage()._cdata == key for j, w in enumerate(values)):
+            r = self.storage(i, v.numel(), inference=v.is_inference())
+            self.lines.append(f"a[{i}] = {r}[:{v.numel()}].view({tuple(v.shape)})")
+            if v.requires_grad:
+                self.lines.append(_grad_line(rng, i, True))
+            return True
+        later = [j for j in range(i + 1, len(values)) if values[j].shape == v.shape and values[j].dtype == v.dtype]
+        if not later:
+            return False
+        j = rng.choice(later)
+        if rng.random() < 0.4 or v.is_inference() or v.numel() == 0:
+            self.lines.append(f"a[{j}] = a[{i}]")
+            return True
+        numel, shape = v.numel(), tuple(v.shape)
+        shift = rng.randint(1, numel)  # numel: adjacent, not overlapping
+        r = self.storage(i, numel + shift + _storage_numel(values[j]))
+        if v.requires_grad or values[j].requires_grad:
+            self.lines.append(f"{r}.requires_grad_()")
+        self.lines.append(f"a[{i}], a[{j}] = {r}[:{numel}].view({shape}), {r}[{shift}:{shift + numel}].view({shape})")
+        return True
+
+    def draw(self) -> tuple[str, ...]:
+        rng = self.rng
+        changes = [self.grad, self.inference, lambda i: self.relaid(i, "offset"), lambda i: self.relaid(i, "strides")]
+        changes += [self.alias] * 2
+        for _ in range(rng.choice([1, 1, 2])):
+            for _ in range(4):
+                if rng.choice(changes)(rng.randrange(len(self.values))):
+                    break
+        return tuple(line for line in self.lines if line)
+
+
+def _with_second_call(rng: random.Random, program: Program) -> Program:
+    """``program`` calling its compiled function again on changed arguments (if eager runs it there, in at
+    most three tries: a program eager rejects on them tests less)."""
+    drawn = program
+    for _ in range(3):
+        drawn = dataclasses.replace(program, again=_Again(rng, program).draw())
+        if not drawn.again:
+            continue
+        try:
+            with warnings.catch_warnings(), torch.enable_grad():
+                warnings.simplefilter("ignore")
+                f, again = drawn.compile()[0], drawn.compile_again()
+                assert again is not None
+                f(*again())
+        except Exception:
+            continue
+        return drawn
+    return drawn
 
 
 @contextlib.contextmanager

@@ -304,7 +304,6 @@ CASES = {
 
 # Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
 KNOWN_WRONG = {
-    ("flat_view_then_t_", "training"): "regenerating the flat view after t_() raises 'view size is not compatible'",
     ("strided_view_then_squeeze_", "no_grad"): (
         "output grad_fn/is_leaf: eager's view raises on .grad_fn, compiled's does not"
     ),

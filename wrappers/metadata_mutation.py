@@ -32,6 +32,7 @@ its data, as eager grows it: below, the resize is one within the storage.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -41,7 +42,14 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
-from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta
+from meta.view_and_mutation import (
+    InputAliasInfo,
+    OutputAliasInfo,
+    OutputType,
+    TensorSpec,
+    ViewAndMutationMeta,
+    replay_views,
+)
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import set_versions, version
@@ -68,6 +76,8 @@ class MetadataMutation:
         self._restrided: tuple[UserArg, ...] = ()
         # Inputs the function calls requires_grad_() on: they require grad before the call.
         self._grad_from_inside: tuple[UserArg, ...] = ()
+        # Inputs whose history set_() moves (``InputAliasInfo.moves_history``): their bases are passed too.
+        self._moved: tuple[UserArg, ...] = ()
 
     def pre_compile(self, outer: Stage) -> Stage:
         outer = self._requiring_grad_first(outer)
@@ -84,7 +94,8 @@ class MetadataMutation:
         if not mutated:
             return outer
         split = OutputSplit.of(
-            meta, lambda info: info.output_type == OutputType.IS_INPUT and info.base_input in mutated
+            meta,
+            lambda info: info.after_set or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated),
         )
         self._split = split
         flat_fn = outer.fn
@@ -108,10 +119,19 @@ class MetadataMutation:
             started[arg_idx] = (tuple(arg.shape), tuple(arg.stride()), -final[2])
             inner_args[arg_idx] = _restrided_leaf(arg, meta.input_info[arg_idx])
 
-        def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
+        # Inputs whose history set_() moves: the function also gets their bases (last), to take it again from.
+        moved = tuple(i for i in mutated if meta.input_info[i].moves_history and not meta.input_info[i].is_leaf)
+        self._moved = moved
+        # Leaves: later uses reach the input itself, element by element (its shape stays).
+        moved_leaves = tuple(i for i in mutated if meta.input_info[i].moves_history and meta.input_info[i].is_leaf)
+        num_inputs = len(outer.args)
+        inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
+
+        def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
+            args, bases = all_args[:num_inputs], all_args[num_inputs:]
             working = list(args)
             for arg_idx in mutated:
-                working[arg_idx] = torch.ops.aten.alias.default(args[arg_idx])
+                working[arg_idx] = _alias_as_made(args[arg_idx])
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly.
@@ -119,7 +139,10 @@ class MetadataMutation:
                 working[arg_idx] = args[arg_idx].as_strided(
                     size, stride, args[arg_idx].storage_offset() + relative_offset
                 )
-            outs = list(flat_fn(*working))
+            bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
+            bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
+            with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
+                outs = list(flat_fn(*working))
             return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
@@ -139,8 +162,13 @@ class MetadataMutation:
                     final_metadata=None,
                     storage_set_to=None,
                     is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
+                    moves_history=False,
                 )
                 for i, info in enumerate(meta.input_info)
+            )
+            + tuple(
+                InputAliasInfo(f"{meta.input_info[i].name}_base", requires_grad=True, is_leaf=inner_args[n].is_leaf)
+                for n, i in enumerate(moved, num_inputs)
             ),
             output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
             + tuple(final_value(i) for i in fresh),
@@ -215,12 +243,12 @@ class MetadataMutation:
             return _setting_requires_grad(inner, self._requires_grad_set)
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
-        fresh, restrided_first, restrided = self._fresh, self._restrided_first, self._restrided
+        fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
             versions = [version(target) for target in targets]
-            inner_args = list(args)
+            inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             for arg_idx in restrided_first:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided:
@@ -230,9 +258,9 @@ class MetadataMutation:
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
             inner_outs = inner_outs[:num_kept]
 
-            def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
+            def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor | None:
                 assert info.base_input is not None
-                return args[info.base_input]
+                return None if info.after_set else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
             for target, v, (arg_idx, info) in zip(targets, versions, final, strict=True):
@@ -261,11 +289,125 @@ class MetadataMutation:
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
             set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
+            for target, (_, info) in zip(targets, final, strict=True):
+                if info.storage_set_to is not None:
+                    _retake_view_history(target)
+            made: dict[int, torch.Tensor] = {}
+            for out_idx, out_info in enumerate(meta.output_info):
+                if out_info.after_set:  # taken from the caller's tensor in its new memory
+                    assert out_info.base_input is not None
+                    outs[out_idx] = replay_views(args[out_info.base_input], out_info.view_chain, made)
             return outs
 
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
         grown = _growing_storages(run, self._grown) if self._grown else run
         return _setting_requires_grad(grown, self._requires_grad_set)
+
+
+def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
+    """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
+    that is no view is no view made under no_grad, which an enable_grad region could not read once its
+    geometry changed), then marked as made where ``arg`` was made, if a view."""
+    with torch.enable_grad():
+        alias: torch.Tensor = torch.ops.aten.alias.default(arg)
+    if arg._base is not None and alias.requires_grad and not arg.is_inference():
+        creation = torch._C._autograd._get_creation_meta(arg)
+        if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
+            torch._C._autograd._set_creation_meta(alias, creation)
+    return alias
+
+
+def _retake_view_history(target: torch.Tensor) -> None:
+    """Make autograd take a moved view's history again from its base in its new geometry, as eager's does
+    after its set_(): a record cached at the version its counter ends at (while the layers below set it)
+    would hold the old geometry. Taken once at an unused version, then stale at the final one."""
+    if target._base is None or not target.requires_grad:
+        return
+    final = target._version
+    torch._C._autograd._unsafe_set_version_counter((target,), (final + 1,))
+    with contextlib.suppress(RuntimeError):  # eager refuses to take it again (a view made under no_grad)
+        _ = target.grad_fn
+    torch._C._autograd._unsafe_set_version_counter((target,), (final,))
+
+
+def _base_of(arg: torch.Tensor) -> torch.Tensor:
+    base = arg._base
+    if base is None:
+        raise UnsupportedMutationError(
+            "an input set_() moves under no_grad was a view of a base requiring grad when the function was "
+            "compiled, and is none now: compile again for it"
+        )
+    return base
+
+
+class _MovedHistories(TorchFunctionMode):
+    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), every op gets, in the
+    input's place, a stand-in: its base ``as_strided`` in the input's current geometry, ``set_()`` onto the
+    input under no_grad. The same memory, with the history eager takes again for the moved view, so later
+    uses differentiate the base where eager's do; in-place geometry changes still apply to the input."""
+
+    def __init__(self, bases: dict[int, tuple[torch.Tensor, torch.Tensor, bool]]) -> None:
+        super().__init__()
+        self._bases = bases  # id(input) -> (input, its base or, a leaf, itself, whether it is a leaf)
+        self._moved: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
+
+    def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        found = self._moved.get(id(value))
+        if found is None or found[0] is not value:
+            return value
+        _, base, leaf = found
+        if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
+            return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
+        with torch.enable_grad():
+            stand_in = base.as_strided(value.shape, value.stride(), value.storage_offset())
+        version = stand_in._version
+        with torch.no_grad():
+            stand_in.set_(value)  # type: ignore[call-overload]
+        torch._C._autograd._unsafe_set_version_counter((stand_in,), (version,))  # it writes nothing
+        return stand_in
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
+            name = func.overloadpacket.__name__
+        if name == "set_" and args and id(args[0]) in self._bases and not torch.is_grad_enabled():
+            out = func(*args, **kwargs)
+            self._moved[id(args[0])] = self._bases[id(args[0])]
+            return out
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
+        if not self._moved or own_object:
+            return func(*args, **kwargs)
+        first, rest = (args[0], args[1:]) if args else (None, ())
+        if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+            first = self._stand_in(first)
+        rest, kwargs_in = tree_map_only(torch.Tensor, self._stand_in, (rest, kwargs))
+        if "out" in kwargs:
+            kwargs_in["out"] = kwargs["out"]
+        out = func(*((first, *rest) if args else ()), **kwargs_in)
+        # An in-place op returns its argument: the function's object, not the stand-in.
+        return args[0] if args and out is first and first is not args[0] else out
+
+
+class _GradientTo(torch.autograd.Function):
+    """``value`` (an alias of its memory) whose gradient goes to ``leaf``, of the same shape, as it is."""
+
+    @staticmethod
+    def forward(ctx: Any, leaf: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return value.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+# What a stand-in must not replace: the input object's own state and geometry.
+_OWN_OBJECT_METHODS = frozenset(
+    {"requires_grad_", "retain_grad", "register_hook", "__set__", "set_", "size", "dim", "numel", "stride"}
+    | {"storage_offset", "untyped_storage", "_is_view"}
+)
+_VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
 
 
 def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:

@@ -117,7 +117,6 @@ class RuntimeEpilogue:
         ):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
-        mutated = {arg for arg, _, _ in writes}
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             versions = [version(args[arg]) for arg, _, _ in writes]
@@ -153,7 +152,7 @@ class RuntimeEpilogue:
             for out_idx, info in plan:
                 kind = info.output_type
                 alias = info.computed_alias
-                if alias is not None and (alias.base_input in mutated or not alias.in_place):
+                if alias is not None:
                     # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
                     of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                     if alias.in_place:

@@ -436,7 +436,8 @@ class _Functionalizer:
                 f"functionalize: {_where(node)} gives graph input {tensor.name} another storage; "
                 "the MetadataMutation layer must remove it first"
             )
-        self.add_view(node, _Step(self.resolve(cast(fx.Node, node.args[1])), None))
+        # An alias of source, not source itself: a later metadata change of t leaves source's geometry alone.
+        self.add_view(node, _Step(self.resolve(cast(fx.Node, node.args[1])), aten.alias.default))
         self.renamed[target] = node
 
     def metadata_mutation(self, node: fx.Node, op: OpOverload) -> None:

@@ -35,6 +35,7 @@ from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
 from meta.storage import fake_inputs, storage_key
+from meta.storage_set import StorageSetsOntoTensors
 from meta.view_and_mutation import ViewAndMutationMeta
 
 __all__ = ["example_inputs", "fake_tangent", "identifier", "trace_inference", "trace_joint"]
@@ -83,13 +84,16 @@ def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
 
 
 @contextlib.contextmanager
-def _geometry_changes(meta: ViewAndMutationMeta, fresh_views: FreshViews) -> Iterator[None]:
+def _geometry_changes(
+    meta: ViewAndMutationMeta, fresh_views: FreshViews, inputs: Sequence[torch.Tensor]
+) -> Iterator[None]:
     """Modes a program changing geometry in place is traced under (collect_meta ran it under them too):
-    fresh views of tensors whose geometry changed, and ``out=`` resizing as explicit ops."""
+    fresh views of tensors whose geometry changed, ``out=`` resizing as explicit ops, and ``set_()``
+    onto a storage as one onto its tensor."""
     if not meta.fresh_views:
         yield
         return
-    with fresh_views, OutResize():
+    with fresh_views, OutResize(), StorageSetsOntoTensors(inputs):
         yield
 
 
@@ -202,7 +206,7 @@ def _trace_joint_once(
         with (
             torch.set_grad_enabled(grad_mode),
             _flag_sets_as_eager(),
-            _geometry_changes(meta, fresh_views),
+            _geometry_changes(meta, fresh_views, primal_args),
             regenerated if regenerated is not None else contextlib.nullcontext(),
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
@@ -324,7 +328,7 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews()):
+        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews(), args):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()

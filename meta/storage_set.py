@@ -1,0 +1,68 @@
+"""``t.set_(storage, offset, size, stride)`` as a ``set_()`` onto a tensor.
+
+A graph has tensor values, never storage values. But the storage a program sets
+a tensor onto is nearly always one it took from a tensor (``x.untyped_storage()``),
+and then the storage form is ``t.set_(x.detach().as_strided(size, stride, offset))``:
+the same memory and geometry, and no history from ``x`` (the storage form takes
+none). Below autograd, where the rewrite happens, autograd has already recorded
+the storage form as eager does. A storage no tensor the program saw holds (one
+it made itself) stays a ``set_()`` onto a storage, which metadata collection refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors"]
+
+_aten = torch.ops.aten
+STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
+
+
+class StorageOwners:
+    """The tensors a program saw, by (storage, dtype): who a storage set_() onto is taken from."""
+
+    def __init__(self, tensors: Iterable[Any] = ()) -> None:
+        self._owners: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self.note(tensors)
+
+    def note(self, values: Iterable[Any]) -> None:
+        for value in tree_flatten(list(values))[0]:
+            if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+                self._owners[(int(value.untyped_storage()._cdata), value.dtype)] = value
+
+    def as_tensor_set(self, func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+        """``func(*args, **kwargs)``, a ``set_()`` onto a storage of a known tensor, as ``set_.source_Tensor``;
+        anything else unchanged."""
+        if func not in STORAGE_SET_OPS:
+            return func, args, kwargs
+        target, storage = args[0], args[1]
+        owner = self._owners.get((int(storage._cdata), target.dtype))
+        if owner is None:
+            return func, args, kwargs
+        bound = dict(zip(("storage_offset", "size", "stride"), args[2:], strict=False)) | kwargs
+        if func is _aten.set_.source_Storage:  # all of it, in one dimension
+            bound = {"storage_offset": 0, "size": [int(storage.nbytes()) // target.element_size()]}
+        size = list(bound["size"])
+        stride = bound.get("stride") or list(torch.empty(size, device="meta").stride())
+        source = _aten.as_strided.default(_aten.detach.default(owner), size, stride, int(bound["storage_offset"]))
+        return _aten.set_.source_Tensor, (target, source), {}
+
+
+class StorageSetsOntoTensors(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Traces each ``set_()`` onto a known tensor's storage as one onto the tensor (see ``StorageOwners``)."""
+
+    def __init__(self, inputs: Iterable[torch.Tensor]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.owners = StorageOwners(inputs)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        func, args, kwargs = self.owners.as_tensor_set(func, args, kwargs or {})
+        out = func(*args, **kwargs)
+        self.owners.note([out])
+        return out
