@@ -248,7 +248,7 @@ class AOTFunction:
     def _compile_outside_inference_mode(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
     ) -> tuple[CompiledEntry, _CallingConvention]:
-        """Compile; under ``inference_mode``, trace with grad off but outside it.
+        """Compile; under ``inference_mode``, trace with autograd off but outside it.
 
         Inference tensors have no version counter, which meta collection reads to see
         mutations: the fakes of the inputs are made outside inference mode, and only the

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
+from meta.function_apply import functions_seen_by_modes
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.out_resize import resize_outs_as_eager
 from meta.overlap import (
@@ -153,6 +154,13 @@ def _is_view_attribute(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
 
 
+_CreationMeta = torch._C._autograd.CreationMeta
+
+
+def _creation(view: torch.Tensor) -> Any:
+    return torch._C._autograd._get_creation_meta(view)
+
+
 def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
     """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
     if base == dtype:
@@ -223,6 +231,13 @@ class FreshViews(TorchFunctionMode):
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
+        creation = _creation(tensor)
+        if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
+            # Eager takes the history of such a view (a Function's output, one made under no_grad) again
+            # here, and refuses to after an in-place change: raise as it does.
+            tensor.grad_fn  # noqa: B018
+        if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
+            return tensor  # its history is the Function's, never taken again by strides
         if not _reinterpretable(base.dtype, tensor.dtype):
             return tensor  # a dtype no view of the base reaches
         if tensor.requires_grad and not base.requires_grad:
@@ -730,7 +745,7 @@ def collect_meta(
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
         try:
-            with saved_tensor_hooks_suspended(), saves, fake_mode, recorder, fresh:
+            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
         except Exception as error:

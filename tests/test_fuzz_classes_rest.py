@@ -304,10 +304,6 @@ CASES = {
 
 # Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
 KNOWN_WRONG = {
-    ("function_of_input_transposed_under_no_grad", "training"): (
-        "the Function's backward gets the gradient in the pre-transpose_() geometry"
-    ),
-    ("view_function_of_squeezed_flip", "training"): "wrong grad of the leaf under an expanded input and a ViewOf",
 }
 MODES = ["training", "no_grad", "inference_mode"]
 

@@ -51,19 +51,23 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     indices (``expand``) are not reproduced by ``clone()``, nor is a storage
     offset other than 0, which ops like ``as_strided`` (and in-place view ops,
     traced as one) read, nor memory beyond its own elements that they reach.
+
+    Unwritten, an input needs it where its version counter moves (an in-place view op through a
+    ``detach()`` alias) and it reaches beyond its elements: eager then takes the histories of its
+    views again by strides from the storage's base, so their gradients reach that memory too.
     """
-    if not info.mutates_data:
-        return False
-    if not is_non_overlapping_and_dense_or_false(arg):
-        return True
     own_bytes = storage_extent(arg)[1] * arg.element_size()
-    return info.offset_sensitive and (arg.storage_offset() != 0 or info.storage_reach > own_bytes)
+    reaches_past = info.offset_sensitive and info.storage_reach > own_bytes
+    if not info.mutates_data:
+        return info.requires_grad and info.version_bumps > 0 and reaches_past
+    dense = is_non_overlapping_and_dense_or_false(arg)
+    return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 
 
 def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -> list[tuple[UserArg, ...]]:
     """Groups of inputs connected by memory overlap, with a data mutation among them, in input order.
 
-    Also single mutated inputs whose layout a compact copy would not keep; and
+    Also single inputs needing their own memory (``_needs_own_memory``); and
     an input whose storage offset matters joins every input of its storage.
     """
     parent = list(range(len(args)))
@@ -86,8 +90,8 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
     return [
         tuple(members)
         for members in clusters.values()
-        if any(meta.input_info[m].mutates_data for m in members)
-        and (len(members) > 1 or _needs_own_memory(args[members[0]], meta.input_info[members[0]]))
+        if (len(members) > 1 and any(meta.input_info[m].mutates_data for m in members))
+        or any(_needs_own_memory(args[m], meta.input_info[m]) for m in members)
     ]
 
 
@@ -166,8 +170,9 @@ class SyntheticBase:
         meta, args = outer.meta, outer.args
         self._meta = meta
         clusters = [
-            _Cluster(members, _written(members, meta), any(meta.input_info[m].offset_sensitive for m in members))
+            _Cluster(members, written, bool(written) and any(meta.input_info[m].offset_sensitive for m in members))
             for members in clusters_to_merge(args, meta)
+            for written in [_written(members, meta)]
         ]
         self._clusters = clusters
         if not clusters:

@@ -34,10 +34,13 @@ def write_back(
             continue  # the graph wrote it (``keep_inference_input_mutations``)
         target, new_value = one_index_per_element(target, new_value)
         # The meta says whether eager's write was recorded (its grad mode at the write, an enable_grad
-        # region under an outer no_grad included), not the caller's mode.
+        # region under an outer no_grad included), not the caller's mode. A write leaving an input without
+        # gradient that had none records nothing either: the target may overlap an input requiring grad
+        # now, which eager's write did not touch (its requires_grad_() came after).
         if target.is_inference() and not torch.is_inference_mode_enabled():
             target = target.detach()  # eager wrote it through a detach()/.data alias, the only way it allows
-        with torch.set_grad_enabled(info.mutation_visible_to_autograd):
+        recorded = info.mutation_visible_to_autograd and (info.requires_grad or info.requires_grad_after)
+        with torch.set_grad_enabled(recorded):
             target.copy_(new_value)
     set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
 

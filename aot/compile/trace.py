@@ -11,6 +11,7 @@ op (``aot.compile.functionalize``), and a typed descriptor on every placeholder 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
+from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
@@ -93,6 +95,49 @@ def _geometry_changes(
         return
     with fresh_views, OutResize(), StorageSetsOntoTensors(inputs):
         yield
+
+
+_REQUIRES_GRAD = torch._C.TensorBase.__dict__["requires_grad"]
+_flag_sets = threading.local()
+_flag_lock = threading.Lock()
+_flag_users = 0
+
+
+def _set_requires_grad(tensor: torch.Tensor, flag: bool) -> None:
+    if getattr(_flag_sets, "active", False) and tensor.requires_grad == bool(flag):
+        return
+    _REQUIRES_GRAD.__set__(tensor, flag)
+
+
+class _RequiresGradProperty(property):
+    # The C setter hands torch-function modes this property's ``__set__``; modes tell it by this name.
+    __name__ = "requires_grad"
+
+
+@contextlib.contextmanager
+def _flag_sets_as_eager() -> Iterator[None]:
+    """``t.requires_grad = flag`` where ``t`` already has that flag does nothing in this thread, as on eager's leaf.
+
+    Meta collection ran the program on fakes as eager's tensors are, so eager set the flag on a leaf (on a
+    non-leaf the setter raises, and collection raised it). In a trace the layers may hand the function a
+    view standing for that leaf (an alias whose geometry may change, a view of a synthetic base), on
+    which the setter would raise. The property is wrapped, not intercepted by a torch-function mode: a
+    mode turns on library code paths made for subclasses.
+    """
+    global _flag_users
+    with _flag_lock:
+        if _flag_users == 0:
+            torch.Tensor.requires_grad = _RequiresGradProperty(_REQUIRES_GRAD.__get__, _set_requires_grad)  # type: ignore[assignment]
+        _flag_users += 1
+    previous, _flag_sets.active = getattr(_flag_sets, "active", False), True
+    try:
+        yield
+    finally:
+        _flag_sets.active = previous
+        with _flag_lock:
+            _flag_users -= 1
+            if _flag_users == 0:
+                del torch.Tensor.requires_grad
 
 
 def trace_joint(
@@ -160,6 +205,7 @@ def _trace_joint_once(
         fresh_views = FreshViews()
         with (
             torch.set_grad_enabled(grad_mode),
+            _flag_sets_as_eager(),
             _geometry_changes(meta, fresh_views, primal_args),
             regenerated if regenerated is not None else contextlib.nullcontext(),
         ):
@@ -187,7 +233,13 @@ def _trace_joint_once(
         return [*outs, *grads]
 
     # A module's parameters stay bound to the primals through the backward trace too.
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, bindings_held():
+    with (
+        saved_tensor_hooks_suspended(),
+        functions_seen_by_modes(),
+        recording_source_lines(),
+        fake_mode,
+        bindings_held(),
+    ):
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     return gm, primals, tangents, backward_writes
 
@@ -276,11 +328,17 @@ def trace_inference(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with _geometry_changes(meta, FreshViews(), args):
+        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews(), args):
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()
-    with saved_tensor_hooks_suspended(), recording_source_lines(), fake_mode, torch.set_grad_enabled(grad_mode):
+    with (
+        saved_tensor_hooks_suspended(),
+        functions_seen_by_modes(),
+        recording_source_lines(),
+        fake_mode,
+        torch.set_grad_enabled(grad_mode),
+    ):
         gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]

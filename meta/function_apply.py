@@ -1,0 +1,51 @@
+"""``autograd.Function.apply`` as a torch function while a program is traced.
+
+The tracing modes hand ops stand-ins for some tensors: ``FreshViews`` a fresh view for one whose geometry
+changed in place (its autograd record is stale on fakes), the metadata-mutation layer a view of the input
+for an alias the function called ``requires_grad_()`` on. ``Function.apply`` is no torch function, so a
+Function got the stale or untracked tensor itself: its gradient had the old geometry, or reached nothing.
+Inside ``functions_seen_by_modes()`` every ``apply`` goes through the active torch-function modes first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import handle_torch_function
+
+__all__ = ["functions_seen_by_modes"]
+
+_ORIGINAL = torch.autograd.Function.__dict__["apply"]
+_lock = threading.Lock()
+_users = 0
+
+
+def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    if not torch._C._is_torch_function_mode_enabled():
+        return _ORIGINAL.__func__(cls, *args, **kwargs)
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        return _apply(cls, *args, **kwargs)
+
+    return handle_torch_function(apply, args, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def functions_seen_by_modes() -> Iterator[None]:
+    """While active (in any thread), ``Function.apply`` calls reach the torch-function modes of their thread."""
+    global _users
+    with _lock:
+        if _users == 0:
+            torch.autograd.Function.apply = classmethod(_apply)  # type: ignore[assignment, method-assign]
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                torch.autograd.Function.apply = _ORIGINAL  # type: ignore[method-assign]
