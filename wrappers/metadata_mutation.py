@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -381,15 +382,23 @@ class _MovedHistories(TorchFunctionMode):
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
         if not self._moved or own_object:
             return func(*args, **kwargs)
-        first, rest = (args[0], args[1:]) if args else (None, ())
-        if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
-            first = self._stand_in(first)
-        rest, kwargs_in = tree_map_only(torch.Tensor, self._stand_in, (rest, kwargs))
-        if "out" in kwargs:
-            kwargs_in["out"] = kwargs["out"]
-        out = func(*((first, *rest) if args else ()), **kwargs_in)
-        # An in-place op returns its argument: the function's object, not the stand-in.
-        return args[0] if args and out is first and first is not args[0] else out
+        return _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+
+
+def _call_with_stand_ins(
+    func: Any, name: str, args: Any, kwargs: dict[str, Any], stand_in: Callable[[torch.Tensor], torch.Tensor]
+) -> Any:
+    """``func`` on the stand-ins of its tensor arguments, except the object an in-place geometry change or an
+    ``out=`` writes (the function's own object)."""
+    first, rest = (args[0], args[1:]) if args else (None, ())
+    if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+        first = stand_in(first)
+    rest, kwargs_in = tree_map_only(torch.Tensor, stand_in, (rest, kwargs))
+    if "out" in kwargs:
+        kwargs_in["out"] = kwargs["out"]
+    out = func(*((first, *rest) if args else ()), **kwargs_in)
+    # An in-place op returns its argument: the function's object, not the stand-in.
+    return args[0] if args and out is first and first is not args[0] else out
 
 
 class _GradientTo(torch.autograd.Function):
@@ -585,15 +594,7 @@ class _RequiresGradInside(TorchFunctionMode):
                 return None if setter else args[0]
         if not self._attached or name == "__set__":
             return func(*args, **kwargs)
-        first, rest = (args[0], args[1:]) if args else (None, ())
-        if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
-            first = self._stand_in(first)
-        rest, kwargs_in = tree_map_only(torch.Tensor, self._stand_in, (rest, kwargs))
-        if "out" in kwargs:
-            kwargs_in["out"] = kwargs["out"]
-        out = func(*((first, *rest) if args else ()), **kwargs_in)
-        # An in-place op returns its argument: the function's object, not the stand-in.
-        return args[0] if args and out is first and first is not args[0] else out
+        return _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
 
 
 # In-place geometry changes: applied to the alias itself, the next stand-in takes its new geometry.
