@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DoublesInPlace", "Identity", "ScalesBySavedThenDoublesIt", "TriplesGradOutput"]
+__all__ = ["DoublesInPlace", "Identity", "ScaledBySaved", "ScalesBySavedThenDoublesIt", "TriplesGradOutput", "ViewOf"]
 
 
 class Identity(torch.autograd.Function):
@@ -60,3 +60,30 @@ class TriplesGradOutput(torch.autograd.Function):
     def backward(ctx, grad):
         grad.mul_(3)
         return grad
+
+
+class ViewOf(torch.autograd.Function):
+    """Returns a view of its input; its backward doubles the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class ScaledBySaved(torch.autograd.Function):
+    """Scales by the sum of a saved second argument, which its backward doubles in place."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * scale.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        scale.mul_(2)
+        return grad * scale.sum(), None

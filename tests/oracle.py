@@ -23,10 +23,13 @@ __all__ = [
     "GRAD_FACTOR",
     "MODEL_ATOL",
     "MODEL_RTOL",
+    "MODES",
     "RTOL",
     "assert_close",
     "check",
+    "check_in_mode",
     "clone_args",
+    "mode_params",
     "params_with_known_wrong",
 ]
 
@@ -62,6 +65,38 @@ def params_with_known_wrong(names: Any, known_wrong: dict[tuple[str, str], str],
         else name
         for name in names
     ]
+
+
+# The caller's modes a fuzz class is checked in: grad on, ``torch.no_grad()``, ``torch.inference_mode()``.
+MODES = ("training", "no_grad", "inference_mode")
+
+
+def mode_params(names: Any, known_wrong: dict[tuple[str, str], str]) -> list[Any]:
+    """``(name, mode)`` parameters for every name in every mode of :data:`MODES`; each pair in
+    ``known_wrong`` a strict xfail, so a fix shows."""
+    import pytest
+
+    return [
+        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=known_wrong[name, mode]))
+        if (name, mode) in known_wrong
+        else pytest.param(name, mode)
+        for name in sorted(names)
+        for mode in MODES
+    ]
+
+
+def check_in_mode(fn: Callable[..., Any], make_args: Callable[[], Any], mode: str) -> None:
+    """:func:`check` called in ``mode`` (one of :data:`MODES`), with a deep comparison; warnings silenced.
+    Under ``no_grad`` and ``inference_mode`` there is no backward to compare."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "training":
+            check(fn, make_args, deep=True)
+        else:
+            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
+                check(fn, make_args, backward=False, deep=True)
 
 
 def functional_nop(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:

@@ -7,13 +7,11 @@ with the features of ``FEATURES`` below), run in training, under ``no_grad`` and
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-from tests.functions import Identity
-from tests.oracle import check
+from tests.functions import Identity, ScaledBySaved, ViewOf
+from tests.oracle import check_in_mode, mode_params
 
 
 def _arange_views(offset: int, grad: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -65,16 +63,6 @@ def _view_then_data_write_args():
     return (storage[7:19].view(3, 4)[:, 1], storage[1:6])
 
 
-class _ViewOf(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
-
 def _function_of_merged_input(a0):
     # a0 is written (hidden from autograd) and merged into a synthetic base: the Function's output
     # must still alias the caller's a0, with the Function's history.
@@ -91,7 +79,7 @@ def _function_of_merged_input_args():
 def _view_function_of_strided_input(a0):
     with torch.no_grad():
         a0.mul_(2)
-    v = _ViewOf.apply(a0)
+    v = ViewOf.apply(a0)
     return (v, v, a0.sum() + v.sum())
 
 
@@ -117,25 +105,12 @@ def _overlap_check_while_tracing_args():
     return (s0[:, 2], i1)
 
 
-class _ScaledBySaved(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(scale)
-        return x * scale.sum()
-
-    @staticmethod
-    def backward(ctx, grad):
-        (scale,) = ctx.saved_tensors
-        scale.mul_(2)
-        return grad * scale.sum(), None
-
-
 def _function_view_of_input_written_by_backward(a0):
     # The backward doubles a0 in place; the ViewOf output is a view of the caller's a0 and shows it then,
     # not before (the joint graph's value of it is the doubled one).
-    v0 = _ScaledBySaved.apply(a0, a0)
+    v0 = ScaledBySaved.apply(a0, a0)
     v4 = v0 @ v0.mT
-    v5 = _ViewOf.apply(a0)
+    v5 = ViewOf.apply(a0)
     return (v4, v5, sum(t.real.sum() for t in (a0, v0, v4, v5)))
 
 
@@ -149,7 +124,7 @@ def _backward_writes_expanded_input(a0):
     # graph on detached values (as_strided_scatter refuses a non-contiguous input requiring grad) and
     # writes each memory element of the expanded input once.
     v1 = a0.as_strided((1,), (0,), 0)
-    v2 = _ScaledBySaved.apply(a0, v1)
+    v2 = ScaledBySaved.apply(a0, v1)
     return (sum(t.real.sum() for t in (a0, v1, v2)),)
 
 
@@ -202,7 +177,7 @@ def _view_function_of_squeezed_flip(a0, a1):
     v0 = a1.flip(0)
     v0.squeeze_()
     v1 = a0 @ a0.mT
-    v2 = _ViewOf.apply(v0)
+    v2 = ViewOf.apply(v0)
     return (sum(t.real.sum() for t in (a0, a1, v0, v1, v2)),)
 
 
@@ -303,27 +278,9 @@ CASES = {
 
 
 # Classes not fixed yet (seed 1 of the fuzzer), strict so that a fix shows.
-KNOWN_WRONG = {
-}
-MODES = ["training", "no_grad", "inference_mode"]
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
-@pytest.mark.parametrize(
-    ("name", "mode"),
-    [
-        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
-        if (name, mode) in KNOWN_WRONG
-        else pytest.param(name, mode)
-        for name in sorted(CASES)
-        for mode in MODES
-    ],
-)
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
 def test_fuzz_class(name: str, mode: str) -> None:
-    fn, make_args = CASES[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "training":
-            check(fn, make_args, deep=True)
-        else:
-            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
-                check(fn, make_args, backward=False, deep=True)
+    check_in_mode(*CASES[name], mode)

@@ -9,13 +9,11 @@ modes listed for it.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-from tests.functions import Identity
-from tests.oracle import check
+from tests.functions import Identity, ScaledBySaved, ViewOf
+from tests.oracle import check_in_mode, mode_params
 
 
 def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -134,18 +132,6 @@ def _slice_of_plain():
     return (_randn(8)[0:5],)
 
 
-class _ViewOf(torch.autograd.Function):
-    """Returns a view of its input."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
-
 def _function_view_then_base_as_strided_(a0):
     # Class 21: a Function's view taken under no_grad, then its base's geometry changed in place with grad
     # mode on: eager refuses the view's next recorded use (its history cannot be taken again), though the
@@ -153,7 +139,7 @@ def _function_view_then_base_as_strided_(a0):
     v0 = a0 * 2
     with torch.no_grad():
         v0.set_(a0.detach())
-        v1 = _ViewOf.apply(v0)
+        v1 = ViewOf.apply(v0)
     v0.as_strided_((1,), (2,), 22)
     return (sum(t.real.sum() for t in (a0, v0, v1)),)
 
@@ -193,28 +179,13 @@ def _leaf_row():
     return (_randn(3).requires_grad_(),)
 
 
-class _ScaledBySaved(torch.autograd.Function):
-    """Scales by the sum of a saved second argument, which its backward doubles in place."""
-
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(scale)
-        return x * scale.sum()
-
-    @staticmethod
-    def backward(ctx, grad):
-        (scale,) = ctx.saved_tensors
-        scale.mul_(2)
-        return grad * scale.sum(), None
-
-
 def _function_then_data_as_strided_(a0):
     # Seed 5 class 4 (open): a Function's output in an enable_grad region of a no_grad caller, then the
     # input's .data restrided under no_grad.
     with torch.no_grad():
         a0.index_fill_(-1, torch.tensor([0]), 2.0)
     with torch.enable_grad():
-        v0 = _ScaledBySaved.apply(a0, a0)
+        v0 = ScaledBySaved.apply(a0, a0)
         with torch.no_grad():
             a0.data.as_strided_((4,), (1,), 9)
     return (v0,)
@@ -269,7 +240,6 @@ CASES = {
         _flip_under_enable_grad_args,
     ),
 }
-MODES = ["training", "no_grad", "inference_mode"]
 # Classes not fixed yet, strict so that a fix shows.
 _STALE_STAND_IN = "compiled raises 'A view was created in no_grad mode ...' where eager runs (seed 5 class 4)"
 KNOWN_WRONG: dict[tuple[str, str], str] = {
@@ -282,22 +252,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "mode"),
-    [
-        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
-        if (name, mode) in KNOWN_WRONG
-        else pytest.param(name, mode)
-        for name in sorted(CASES)
-        for mode in MODES
-    ],
-)
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
 def test_grad_mode_class(name: str, mode: str) -> None:
-    fn, make_args = CASES[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "training":
-            check(fn, make_args, deep=True)
-        else:
-            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
-                check(fn, make_args, backward=False, deep=True)
+    check_in_mode(*CASES[name], mode)

@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from tests.functions import Identity
+from tests.functions import Identity, ViewOf
 from tests.oracle import check
 
 
@@ -129,21 +129,11 @@ def _leaf_view_and_leaf():
     return (i0, torch.randn(5, generator=g).requires_grad_())
 
 
-class _ViewOf(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
-
 # Class 18: a Function applied to an input after the function's requires_grad_() on it: the trace hands the
 # Function (as every op) the view of the input standing for it, so the output has the input's history.
 def _function_after_requires_grad_(a0):
     a0.requires_grad_()
-    return (_ViewOf.apply(a0),)
+    return (ViewOf.apply(a0),)
 
 
 def _strided_offset_view():

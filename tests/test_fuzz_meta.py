@@ -14,22 +14,8 @@ import warnings
 import pytest
 import torch
 
-from tests.oracle import check
-
-
-class ScaledBySaved(torch.autograd.Function):
-    """Scales by the sum of a saved second argument, which its backward doubles in place."""
-
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(scale)
-        return x * scale.sum()
-
-    @staticmethod
-    def backward(ctx, grad):
-        (scale,) = ctx.saved_tensors
-        scale.mul_(2)
-        return grad * scale.sum(), None
+from tests.functions import ScaledBySaved
+from tests.oracle import MODES, check, check_in_mode, mode_params
 
 
 def _randn(*shape: int, grad: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -144,28 +130,11 @@ CASES = {
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
-MODES = ["training", "no_grad", "inference_mode"]
 
 
-@pytest.mark.parametrize(
-    ("name", "mode"),
-    [
-        pytest.param(name, mode, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name, mode]))
-        if (name, mode) in KNOWN_WRONG
-        else pytest.param(name, mode)
-        for name in sorted(CASES)
-        for mode in MODES
-    ],
-)
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
 def test_fuzz_class(name: str, mode: str) -> None:
-    fn, make_args = CASES[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "training":
-            check(fn, make_args, deep=True)
-        else:
-            with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
-                check(fn, make_args, backward=False, deep=True)
+    check_in_mode(*CASES[name], mode)
 
 
 def _t_(a0):
