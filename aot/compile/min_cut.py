@@ -133,20 +133,11 @@ def _hint(size: int | torch.SymInt) -> int:
 
 def is_recomputable(node: fx.Node) -> bool:
     """Cheap and safe to run again: pointwise, a view, or in :data:`RECOMPUTABLE`; never random or mutating."""
-    if node.op == "get_attr":
-        return True  # a constant of the module: reading it again is free
-    if node.op != "call_function":
+    if not can_run_again(node):
         return False
     target = node.target
-    if target is operator.getitem:
-        return True
     if not isinstance(target, torch._ops.OpOverload):
-        # symbolic-shape arithmetic (operator.mul on SymInts, sym_size): recomputing is free
-        return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, int, bool))
-    if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
-        return False
-    if free_unbacked_symbols(node.meta.get("val")):
-        return False  # a data-dependent size (nonzero, a boolean mask's index): run again, it is a new size
+        return True  # a module constant, a projection of a tuple, symbolic-shape arithmetic: free
     if target.is_view or torch.Tag.pointwise in target.tags or target.overloadpacket in RECOMPUTABLE:
         return True
     return target is aten.sym_size.int or target is aten.sym_numel.default or target is aten.sym_stride.int
@@ -168,14 +159,19 @@ def _policy_choice(policy: ActivationPolicy | None, node: fx.Node) -> Choice | N
 def can_run_again(node: fx.Node) -> bool:
     """Deterministic, writes nothing, makes no data-dependent size: the backward may run it again
     (at a cost: a matmul is not *cheap* to run again, see :func:`is_recomputable`)."""
+    if node.op == "get_attr":
+        return True  # a constant of the module: reading it again is free
     if node.op != "call_function":
-        return node.op == "get_attr"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
-            return False
-    elif target is not operator.getitem and not isinstance(node.meta.get("val"), (torch.SymInt, int, bool)):
         return False
+    target = node.target
+    if target is operator.getitem:
+        return True  # its tuple's op is judged on its own
+    if not isinstance(target, torch._ops.OpOverload):
+        # symbolic-shape arithmetic (operator.mul on SymInts, sym_size): recomputing is free
+        return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, int, bool))
+    if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+        return False
+    # a data-dependent size (nonzero, a boolean mask's index): run again, it is a new size
     return not free_unbacked_symbols(node.meta.get("val"))
 
 
