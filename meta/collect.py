@@ -39,7 +39,7 @@ from meta.overlap import (
     order_dependent_read,
 )
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
-from meta.storage_set import STORAGE_SET_OPS, StorageOwners
+from meta.storage_set import STORAGE_SET_OPS, StorageOwners, history_taken_again
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -248,12 +248,7 @@ class FreshViews(TorchFunctionMode):
                 return tensor
             # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
-            with torch.enable_grad():
-                fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-            version = fresh._version
-            with torch.no_grad():
-                fresh.set_(tensor)  # type: ignore[call-overload]
-            torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # no write of the caller's
+            fresh = history_taken_again(base, tensor)
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
@@ -955,13 +950,12 @@ def collect_meta(
 
 def _base_state(tensor: torch.Tensor) -> int | None:
     """For a view of a base requiring grad, within the base's storage: the base. Eager takes the view's
-    history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``), which a stand-in can
-    too while it is the caller's base (requiring grad when the call starts; writes into it since are in its
-    history inside the graph, the synthetic-base layer making both views of one base)."""
+    history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``, recorded only: the
+    geometry may reach past the base's storage), which a stand-in can too while it is the caller's base
+    (requiring grad when the call starts; writes into it since are in its history inside the graph, the
+    synthetic-base layer making both views of one base)."""
     base = tensor._base
     if base is None or not base.requires_grad or base.dtype != tensor.dtype:
-        return None
-    if storage_extent(tensor)[1] * tensor.element_size() > base.untyped_storage().nbytes():
         return None
     return id(base)
 

@@ -18,7 +18,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors"]
+from meta.storage import storage_extent
+
+__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "history_taken_again"]
 
 _aten = torch.ops.aten
 STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
@@ -66,3 +68,41 @@ class StorageSetsOntoTensors(TorchDispatchMode):  # type: ignore[no-untyped-call
         out = func(*args, **kwargs)
         self.owners.note([out])
         return out
+
+
+def history_taken_again(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+    """``moved``'s memory and geometry with the history eager's autograd takes again for a view that
+    ``set_()`` under no_grad moved: ``base.as_strided`` in the view's new geometry, recorded only
+    (``AsStridedBackward0`` on the base), so the geometry may reach past the base's storage, where a real
+    ``as_strided`` refuses it (it sits in another storage now)."""
+    if storage_extent(moved)[1] * moved.element_size() > base.untyped_storage().nbytes():
+        with torch.no_grad():
+            memory = moved.detach()  # its own history, which autograd may refuse to take again, plays no part
+        with torch.enable_grad():
+            return _RecordedAsStrided.apply(base, memory)  # type: ignore[no-any-return,no-untyped-call]
+    with torch.enable_grad():
+        fresh = base.as_strided(moved.shape, moved.stride(), moved.storage_offset())
+    version = fresh._version
+    with torch.no_grad():
+        fresh.set_(moved)  # type: ignore[call-overload]
+    torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # it writes nothing
+    return fresh
+
+
+class _RecordedAsStrided(torch.autograd.Function):
+    """``moved`` (an alias of its memory) differentiated as ``base.as_strided(moved's geometry)`` is: the
+    gradient scattered by the view's strides into a zero storage spanning both geometries (overlapping
+    elements summed), read back in the base's geometry (what ``as_strided``'s backward computes)."""
+
+    @staticmethod
+    def forward(ctx: Any, base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+        ctx.base_geometry = (tuple(base.shape), tuple(base.stride()), base.storage_offset())
+        ctx.geometry = (tuple(moved.shape), tuple(moved.stride()), moved.storage_offset())
+        ctx.numel = max(storage_extent(base)[1], storage_extent(moved)[1])
+        return moved.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        positions = torch.arange(ctx.numel, device=grad.device).as_strided(*ctx.geometry)
+        storage = grad.new_zeros(ctx.numel).index_add_(0, positions.reshape(-1), grad.reshape(-1))
+        return storage.as_strided(*ctx.base_geometry), None

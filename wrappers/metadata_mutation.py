@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
+from meta.storage_set import history_taken_again
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -361,13 +362,7 @@ class _MovedHistories(TorchFunctionMode):
         _, base, leaf = found
         if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
             return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
-        with torch.enable_grad():
-            stand_in = base.as_strided(value.shape, value.stride(), value.storage_offset())
-        version = stand_in._version
-        with torch.no_grad():
-            stand_in.set_(value)  # type: ignore[call-overload]
-        torch._C._autograd._unsafe_set_version_counter((stand_in,), (version,))  # it writes nothing
-        return stand_in
+        return history_taken_again(base, value)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
