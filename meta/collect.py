@@ -1150,6 +1150,7 @@ def _input_info(
         # Eager leaves it a leaf requiring grad (a write of a value with history made it none).
         sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
+        fresh_storage_nbytes=int(fake.untyped_storage().nbytes()) if storage_set_to == ("fresh", -1) else 0,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
     )

@@ -164,6 +164,9 @@ class InputAliasInfo:
     # output k, ("fresh", -1) one the function made (its final value is returned by the graph);
     # ``final_metadata`` then holds the absolute offset in that storage.
     storage_set_to: tuple[str, int] | None = None
+    # With ``storage_set_to == ("fresh", -1)``: that storage's size in bytes. The graph returns all of it
+    # (eager's storage holds the made tensor's elements outside the input's final geometry too).
+    fresh_storage_nbytes: int = 0
     # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
     # size in bytes after the call; 0 when it keeps its size.
     storage_grown_to: int = 0
@@ -181,6 +184,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: mutations_hidden_from_autograd without a data mutation")
         if self.written_through and not self.mutates_data:
             raise ValueError(f"input {self.name}: written_through without a data mutation")
+        if self.fresh_storage_nbytes and self.storage_set_to != ("fresh", -1):
+            raise ValueError(f"input {self.name}: fresh_storage_nbytes without a set_() onto a fresh storage")
         if (self.final_metadata is not None) != self.mutates_metadata:
             raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
 

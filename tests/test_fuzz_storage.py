@@ -29,8 +29,48 @@ def _strided_view_and_transposed_view():
     return s0[:, 1::3], s1.t()
 
 
+# Classes 6, 14 and 26: set_() onto a storage the function made, then a geometry that covers part of it (or
+# one element several times): eager's storage is the made one, whole, its size and its elements outside the
+# input's final geometry included.
+def _set_onto_clone_then_expand(a0):
+    a0.set_(a0.clone())
+    a0.as_strided_((2,), (0,), 4)
+    return ()
+
+
+def _matrix():
+    return (torch.randn(4, 6, generator=_gen()),)
+
+
+def _set_onto_restrided_flip(a0):
+    v0 = a0.flip(0)
+    v0.as_strided_((2,), (1,), 4)
+    v1 = a0.as_strided((2,), (2,), 5)
+    with torch.no_grad():
+        v0.copy_(v1)
+        a0.set_(v0)
+    return ()
+
+
+def _transposed_int():
+    return (torch.randint(-4, 5, (4, 3), generator=_gen()).t(),)
+
+
+def _set_onto_detached_slice(a0):
+    v1 = a0.sign()
+    a0.set_(v1[1:].detach())
+    return ()
+
+
+def _permuted_leaf():
+    return (torch.randn(25, generator=_gen())[:12].view(4, 3).permute(1, 0).detach().requires_grad_()[...],)
+
+
 PROGRAMS = {
     "set_onto_bigger_storage": (_set_onto_bigger_storage, _strided_view_and_transposed_view),
+    "set_onto_clone_then_expand": (_set_onto_clone_then_expand, _matrix),
+    "set_onto_restrided_flip": (_set_onto_restrided_flip, _transposed_int),
+    "set_onto_detached_slice": (_set_onto_detached_slice, _permuted_leaf),
 }
 
 # Strict xfails: (name, mode) -> why it still differs.

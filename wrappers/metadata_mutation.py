@@ -145,15 +145,15 @@ class MetadataMutation:
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
                 outs = list(flat_fn(*working))
-            return [*(outs[out] for out in split.kept), *(working[arg_idx] for arg_idx in fresh)]
+            # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
+            made = [_whole_storage(working[arg_idx]) for arg_idx in fresh]
+            return [*(outs[out] for out in split.kept), *made]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
-            final = meta.input_info[arg_idx].final_metadata
-            assert final is not None
+            info = meta.input_info[arg_idx]
             dtype = outer.args[arg_idx].dtype
-            return OutputAliasInfo(
-                OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec(final[0], final[1], dtype)
-            )
+            numel = info.fresh_storage_nbytes // outer.args[arg_idx].element_size()
+            return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec((numel,), (1,), dtype))
 
         inner_meta = dataclasses.replace(
             meta,
@@ -163,6 +163,7 @@ class MetadataMutation:
                     mutates_metadata=False,
                     final_metadata=None,
                     storage_set_to=None,
+                    fresh_storage_nbytes=0,
                     is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
                     moves_history=False,
                 )
@@ -277,7 +278,7 @@ class MetadataMutation:
                     elif kind == "output":
                         storage = outs[index].untyped_storage()
                     else:
-                        storage = _made_like(new_storages[arg_idx], size, stride, relative_offset)
+                        storage = _storage_of(new_storages[arg_idx])
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     continue
@@ -416,13 +417,18 @@ _OWN_OBJECT_METHODS = frozenset(
 _VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
 
 
-def _made_like(value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.UntypedStorage:
-    """A new storage holding ``value`` at ``offset`` with ``size``/``stride``, as the function's tensor was."""
-    with torch.no_grad():
-        end = offset + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) if value.numel() else offset
-        holder = torch.empty(end, dtype=value.dtype, device=value.device)
-        holder.as_strided(size, stride, offset).copy_(value)
-    return holder.untyped_storage()
+def _whole_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """All of ``tensor``'s storage (elements of its dtype), as a 1-D tensor from the storage's start."""
+    numel = int(tensor.untyped_storage().nbytes()) // tensor.element_size()
+    return tensor.detach().as_strided((numel,), (1,), 0)
+
+
+def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:
+    """A storage holding exactly ``whole`` (a fresh storage's elements, as the graph returned them)."""
+    exact = whole.is_contiguous() and whole.storage_offset() == 0
+    if not (exact and whole.untyped_storage().nbytes() == whole.numel() * whole.element_size()):
+        whole = whole.detach().clone(memory_format=torch.contiguous_format)
+    return whole.detach().untyped_storage()
 
 
 def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
