@@ -219,9 +219,20 @@ class FreshViews(TorchFunctionMode):
         # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
         # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
         self._dtype_of_base: dict[int, torch.Tensor] = {}
+        # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
+        # needing no grad), and their version then: (the view, that version).
+        self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        of_leaf_view = self._of_leaf_views.get(id(tensor))
+        if of_leaf_view is not None and of_leaf_view[0] is tensor and tensor._version != of_leaf_view[1]:
+            # Eager takes its history again from its base, which needs no grad: an as_strided record reaching
+            # nothing. Autograd on fakes replays the view on that base instead, and finds no history.
+            with torch.no_grad():
+                memory = tensor.detach()
+            with torch.enable_grad():
+                return _Unconnected.apply(torch.empty(0, requires_grad=True), memory)  # type: ignore[no-any-return,no-untyped-call]
         anchored = self._anchored.get(id(tensor))
         if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
             fresh = _reinterpreted(anchored[1], tensor.dtype, _geometry(tensor))
@@ -290,7 +301,7 @@ class FreshViews(TorchFunctionMode):
             # requiring grad) is off: so is it here, the collection and the trace running outside it.
             with torch.inference_mode():
                 out = func(*args, **kwargs)
-        elif (self._changed or self._changed_bases) and not own_object:
+        elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
             if name not in _INPLACE_VIEW_METHODS:
                 first = self._used(first) if isinstance(first, torch.Tensor) else first
@@ -329,11 +340,26 @@ class FreshViews(TorchFunctionMode):
             return
         if first._base is None and out.dtype != first.dtype:
             self._dtype_of_base[id(out)] = out
+        leaf_view = first._base is not None and first.requires_grad and not first._base.requires_grad
+        if leaf_view and out.requires_grad and out.dtype == first.dtype:
+            self._of_leaf_views[id(out)] = (out, out._version)
         anchored = self._anchored.get(id(first))
         if anchored is not None and anchored[0] is first:
             self._anchored[id(out)] = (out, anchored[1])
         elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
             self._anchored[id(out)] = (out, first)
+
+
+class _Unconnected(torch.autograd.Function):
+    """``memory`` (an alias of it) with a history whose gradient reaches nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return memory.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
+        return None, None
 
 
 @dataclasses.dataclass
@@ -746,7 +772,9 @@ def collect_meta(
         except Exception as error:
             # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
             resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require" in str(error)
-            if needs_fresh_views or not (resize_refused or any(w.metadata_only for w in recorder.writes)):
+            # Autograd on fakes failing to take a view's history again (``FreshViews._of_leaf_views``).
+            stale_view = "new_fn INTERNAL ASSERT" in str(error)
+            if needs_fresh_views or not (resize_refused or stale_view or any(w.metadata_only for w in recorder.writes)):
                 raise
             continue
         if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):

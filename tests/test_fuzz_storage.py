@@ -66,7 +66,51 @@ def _permuted_leaf():
     return (torch.randn(25, generator=_gen())[:12].view(4, 3).permute(1, 0).detach().requires_grad_()[...],)
 
 
+# Class 18: a member of a synthetic base needing no grad, beside one that does (a .data alias of the same
+# memory): eager resizes it, autograd never sees it.
+def _zero_then_resize_other(a0, a1):
+    with torch.no_grad():
+        a0.zero_()
+    a1.resize_(1)
+    return ()
+
+
+def _data_alias_and_view():
+    s0 = torch.randn(24, generator=_gen())
+    return s0.data.requires_grad_()[1:7], s0[7:19].view(3, 4)[:, ::2]
+
+
+# Class 19: set_() onto another input, the same tensor passed twice before it (dedupe renumbers the input).
+def _set_onto_later_input(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+    return (sum(t.real.sum() for t in (a0, a1, a2)),)
+
+
+def _twice_then_other():
+    g = _gen()
+    a0 = torch.randn(2, 3, 4, generator=g).requires_grad_()
+    return a0, a0, torch.randn(49, generator=g)[1:25].view(2, 3, 4).detach().requires_grad_()
+
+
+# Class 21: a view taken from a view made a leaf (requires_grad on a view of memory needing none), read after
+# a write under no_grad: eager takes its history again from the base, reaching nothing.
+def _view_of_leaf_view_after_write(a0):
+    a0.requires_grad = True
+    v0 = a0[..., ::2]
+    with torch.no_grad():
+        a0.sigmoid_()
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
+def _strided_plain_view():
+    return (torch.randn(2, 8, generator=_gen())[:, ::2],)
+
+
 PROGRAMS = {
+    "zero_then_resize_other": (_zero_then_resize_other, _data_alias_and_view),
+    "set_onto_later_input": (_set_onto_later_input, _twice_then_other),
+    "view_of_leaf_view_after_write": (_view_of_leaf_view_after_write, _strided_plain_view),
     "set_onto_bigger_storage": (_set_onto_bigger_storage, _strided_view_and_transposed_view),
     "set_onto_clone_then_expand": (_set_onto_clone_then_expand, _matrix),
     "set_onto_restrided_flip": (_set_onto_restrided_flip, _transposed_int),

@@ -393,21 +393,7 @@ S1_OPEN = {
 }
 
 
-# Strict xfails, one per program, so each fix drops its own mark.
-S1_STILL_OPEN = {
-    "requires_grad_on_view": "fuzzer seed 1 class 11: new_fn INTERNAL ASSERT",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=S1_STILL_OPEN[name]))
-        if name in S1_STILL_OPEN
-        else name
-        for name in sorted(S1_OPEN)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(S1_OPEN))
 def test_fuzz_s1_open_training(name):
     f, make_args = S1_OPEN[name]
     check(f, make_args, rtol=0.01, atol=0.01)

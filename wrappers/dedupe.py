@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from meta.indices import DedupedArg, IndexMap, UserArg
-from meta.view_and_mutation import OutputAliasInfo
+from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo
 from wrappers.base import Runtime, Stage
 
 __all__ = ["Dedupe"]
@@ -54,9 +54,14 @@ class Dedupe:
                 return info
             return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))
 
+        def renumbered_input(info: InputAliasInfo) -> InputAliasInfo:
+            if info.storage_set_to is None or info.storage_set_to[0] != "input":
+                return info
+            return dataclasses.replace(info, storage_set_to=("input", to_inner[UserArg(info.storage_set_to[1])]))
+
         inner_meta = dataclasses.replace(
             meta,
-            input_info=tuple(meta.input_info[position] for position in kept),
+            input_info=tuple(renumbered_input(meta.input_info[position]) for position in kept),
             output_info=tuple(renumbered(info) for info in meta.output_info),
             intermediate_bases=meta.intermediate_bases,
         )

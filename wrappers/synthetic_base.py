@@ -203,7 +203,10 @@ class SyntheticBase:
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
-                    working[m] = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    member = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    # A member needing no grad beside one that does (a detach() of the same memory): autograd
+                    # sees neither its reads nor its writes, nor may it resize it, as in eager.
+                    working[m] = member if meta.input_info[m].requires_grad else member.detach()
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
