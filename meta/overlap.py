@@ -28,6 +28,7 @@ __all__ = [
     "EagerOverlapChecks",
     "dispatched_argument",
     "eager_overlap_error",
+    "eager_refuses_overlap",
     "element_offsets",
     "is_overlap_error",
     "order_dependent_read",
@@ -86,6 +87,12 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> _Overlap:
     if (a_begin, a_end) == (b_begin, b_end):
         return _Overlap.FULL if a.stride() == b.stride() else _Overlap.PARTIAL
     return _Overlap.PARTIAL if a_begin < b_end and b_begin < a_end else _Overlap.NO
+
+
+def eager_refuses_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """ATen's ``assert_no_overlap``: refused where ``get_overlap_status`` finds a full or partial overlap
+    (never between tensors it cannot judge: either one strided with gaps, or overlapping itself)."""
+    return _overlap(a, b) in (_Overlap.FULL, _Overlap.PARTIAL)
 
 
 def _is_tensor_iterator_op(func: Any) -> bool:

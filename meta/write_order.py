@@ -21,7 +21,14 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
-from meta.overlap import INTERNAL_OVERLAP_ALLOWED, OVERLAP, dispatched_argument, element_offsets, same_data
+from meta.overlap import (
+    INTERNAL_OVERLAP_ALLOWED,
+    OVERLAP,
+    dispatched_argument,
+    eager_refuses_overlap,
+    element_offsets,
+    same_data,
+)
 from meta.storage import overlaps
 
 __all__ = ["refuse_order_dependent_writes", "refuse_self_overlapping_writes"]
@@ -51,7 +58,11 @@ def refuse_self_overlapping_writes(func: Any, args: Any, kwargs: dict[str, Any])
             )
         if name in _NO_OVERLAP_WITH_VALUES:
             for other in args[position + 1 :]:
-                if isinstance(other, torch.Tensor) and other.layout == torch.strided and overlaps(value, other):
+                if (
+                    isinstance(other, torch.Tensor)
+                    and other.layout == torch.strided
+                    and eager_refuses_overlap(value, other)
+                ):
                     raise RuntimeError(OVERLAP)
 
 

@@ -107,7 +107,57 @@ def _strided_plain_view():
     return (torch.randn(2, 8, generator=_gen())[:, ::2],)
 
 
+# Class 22: index_put_ whose values share the written memory: eager refuses only overlaps it can judge (both
+# tensors dense); a strided one it lets through.
+def _index_put_own_values(a0):
+    v0 = a0.unsqueeze(0)
+    v0.data.index_put_((torch.tensor([0]),), v0.data)
+    return ()
+
+
+def _strided_int_view():
+    return (torch.randint(-4, 5, (24,), generator=_gen())[4:16].view(3, 4)[:, ::2],)
+
+
+def _index_put_dense_own_values(a0):
+    a0.data.index_put_((torch.tensor([0]),), a0.data[1:2])
+    return ()
+
+
+def _dense_int():
+    return (torch.randint(-4, 5, (6,), generator=_gen()),)
+
+
+# Class 23: a returned view set_() onto the intermediate it is a view of: replayed as a set_() of the view onto
+# its own memory (no traced tensor leaks into the runtime's replay).
+def _view_set_onto_its_base(a0):
+    v1 = a0 @ a0.mT
+    v3 = v1[1:]
+    v3.set_(v1)
+    return (v3, sum(t.real.sum() for t in (a0, v1, v3)))
+
+
+def _view_of_leaf():
+    return (torch.randn(24, generator=_gen()).requires_grad_()[6:12].view(2, 3),)
+
+
+# ... and onto the input it is a view of.
+def _view_set_onto_its_input(a0):
+    v0 = a0[1:]
+    with torch.no_grad():
+        v0.set_(a0[:, 1:])
+    return (v0, a0 * 2)
+
+
+def _plain_matrix():
+    return (torch.randn(3, 4, generator=_gen()),)
+
+
 PROGRAMS = {
+    "view_set_onto_its_base": (_view_set_onto_its_base, _view_of_leaf),
+    "view_set_onto_its_input": (_view_set_onto_its_input, _plain_matrix),
+    "index_put_own_values": (_index_put_own_values, _strided_int_view),
+    "index_put_dense_own_values": (_index_put_dense_own_values, _dense_int),
     "zero_then_resize_other": (_zero_then_resize_other, _data_alias_and_view),
     "set_onto_later_input": (_set_onto_later_input, _twice_then_other),
     "view_of_leaf_view_after_write": (_view_of_leaf_view_after_write, _strided_plain_view),
