@@ -40,8 +40,7 @@ def _eager_geometry(func: Any, args: Any, kwargs: dict[str, Any], names: list[st
             stand_ins[name] = [t.new_empty(0) for t in value] if is_list else value.new_empty(0)
         func(*args, **{**kwargs, **stand_ins})
     pointwise = torch.Tag.pointwise in func.tags
-    operands = [*args, *(value for name, value in kwargs.items() if name not in names)]
-    inputs = [t for t in operands if isinstance(t, torch.Tensor)]
+    inputs = _tensor_operands(func, args, kwargs, names)
     found: dict[int, tuple[Any, Any]] = {}
     for name in names:
         value, stand_in = kwargs[name], stand_ins[name]
@@ -54,6 +53,20 @@ def _eager_geometry(func: Any, args: Any, kwargs: dict[str, Any], names: list[st
             if pointwise and inputs and result.numel() > 0:  # an empty result stays contiguous
                 stride = _tensor_iterator_strides(inputs, shape) or stride
             found[id(out)] = (shape, stride)
+    return found
+
+
+def _tensor_operands(func: Any, args: Any, kwargs: dict[str, Any], names: list[str]) -> list[torch.Tensor]:
+    """The op's tensor inputs, a number passed for a ``Tensor`` argument as the 0-dim tensor eager wraps it in
+    (``torch.add(x, 1, out=y)``): TensorIterator counts it among its operands."""
+    found = []
+    schema_args = [arg for arg in func._schema.arguments if arg.name not in names]
+    values = [*args, *(kwargs[arg.name] for arg in schema_args[len(args) :] if arg.name in kwargs)]
+    for arg, value in zip(schema_args, values, strict=False):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (int, float, complex, bool)) and isinstance(arg.type, torch.TensorType):
+            found.append(torch.empty((), device="meta"))
     return found
 
 

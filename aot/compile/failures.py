@@ -88,8 +88,14 @@ def trace_errors() -> Iterator[None]:
         ) from error
     except AssertionError as error:
         op = _fake_kernel_op(error.__traceback__)
-        if op is None or "convert all Tensors to FakeTensors" not in str(error):
+        if op is None:
             raise
+        if "convert all Tensors to FakeTensors" not in str(error):
+            # A meta kernel's own check (``t_`` of a 3-D tensor): eager's kernel checks it too, raising RuntimeError.
+            raise FakeKernelError(
+                f"{op} raised while aotfx traced it on fake tensors (called at {user_line(error.__traceback__)}): "
+                f"{error}"
+            ) from error
         raise UnsupportedInputError(
             f"{op} was given a real tensor while aotfx traced the function (called at "
             f"{user_line(error.__traceback__)}): the function reads a tensor that is not one of its arguments "
