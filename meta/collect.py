@@ -689,10 +689,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return False
 
     def root(self, tensor: torch.Tensor, depth: int) -> torch.Tensor:
-        """The tensor ``depth`` view steps above ``tensor``."""
+        """The tensor ``depth`` view steps above ``tensor``, or the root above it if fewer (an in-place view
+        op that changed nothing, ``squeeze_()`` of no size-1 dimension, leaves no step when traced again)."""
         node = self.nodes[id(tensor)]
         for _ in range(depth):
-            assert node.parent is not None
+            if node.parent is None:
+                break
             node = node.parent
         return node.tensor
 

@@ -153,7 +153,58 @@ def _plain_matrix():
     return (torch.randn(3, 4, generator=_gen()),)
 
 
+# Class 33: t_() of a 3-D tensor raises eager's RuntimeError (the meta kernel's check is an AssertionError).
+def _t_of_3d(a0):
+    v0 = a0.flip(0)
+    v0.t_()
+    return ()
+
+
+def _cube():
+    return (torch.randn(2, 3, 4, generator=_gen()),)
+
+
+# Class 35: out= a tensor of another shape, the input a transpose of it: TensorIterator counts the number
+# among its operands and gives the resized output the input's strides.
+def _add_out_into_transposed_self(a0):
+    v0 = a0.transpose(0, -1)
+    torch.add(v0, 1, out=a0)
+    return ()
+
+
+def _column():
+    return (torch.randn(4, 1, generator=_gen()),)
+
+
+class _TripledGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad.mul_(3)
+        return grad
+
+
+# Class 42: a view of an intermediate after an in-place view op that changes nothing (squeeze_ of no size-1
+# dimension): the intermediate base is found all the same.
+def _view_after_noop_squeeze(a0):
+    v0 = _TripledGrad.apply(a0)
+    v1 = v0.expand(2, 4, 6)
+    v1.squeeze_()
+    v2 = v1[..., ::2]
+    return (v2, a0, v1, sum(t.real.sum() for t in (a0, v0, v1, v2)))
+
+
+def _view_at_offset():
+    return (torch.randn(72, generator=_gen())[48:72].view(4, 6),)
+
+
 PROGRAMS = {
+    "t_of_3d": (_t_of_3d, _cube),
+    "add_out_into_transposed_self": (_add_out_into_transposed_self, _column),
+    "view_after_noop_squeeze": (_view_after_noop_squeeze, _view_at_offset),
     "view_set_onto_its_base": (_view_set_onto_its_base, _view_of_leaf),
     "view_set_onto_its_input": (_view_set_onto_its_input, _plain_matrix),
     "index_put_own_values": (_index_put_own_values, _strided_int_view),
