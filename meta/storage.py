@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = [
     "Extent",
+    "clone_at_offset",
     "expanded_dims",
     "fake_input",
     "fake_inputs",
@@ -189,3 +190,15 @@ def one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tupl
             changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
         target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
     return target, new_value
+
+
+def clone_at_offset(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor.clone()`` at ``tensor``'s storage offset: ops that read the offset (``view_as_complex`` wants
+    it even, as eager's is) judge the copy as they judge the input."""
+    offset = int(tensor.storage_offset())
+    copy = tensor.clone()
+    if offset == 0 or tensor.layout != torch.strided or copy.storage_offset() != 0:
+        return copy
+    memory = copy.new_empty(offset + storage_extent(copy)[1])
+    placed = memory.as_strided(copy.shape, copy.stride(), offset)
+    return placed.copy_(copy)

@@ -25,6 +25,7 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
+from meta.storage import clone_at_offset
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
@@ -65,7 +66,7 @@ class RuntimeEpilogue:
             working = list(args)
             for arg_idx in mutated:
                 # The graph reads its inputs only: the function mutates a copy whose final value is returned.
-                working[arg_idx] = args[arg_idx].clone()
+                working[arg_idx] = clone_at_offset(args[arg_idx])
             if witnesses:
                 recorder = ViewRecorder()
                 with recorder:
