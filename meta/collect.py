@@ -1250,8 +1250,11 @@ def _sources_as_offsets(chain: tuple[ViewStep, ...], root: torch.Tensor) -> tupl
         source = step.args[0] if step.op in _SET_TWINS and step.args else None
         if not isinstance(source, torch.Tensor) or storage_key(source) != storage_key(root):
             continue
-        with torch.no_grad():
-            before = replay_views(root, tuple(steps[:i]))  # where the view sat before the set_(), in the trace
+        try:
+            with torch.no_grad():
+                before = replay_views(root, tuple(steps[:i]))  # where the view sat before the set_(), in the trace
+        except RuntimeError:
+            continue  # not taken again from the root as it is now: the step stays (and is refused)
         if storage_key(before) != storage_key(root):
             continue
         delta = int(source.storage_offset()) - int(before.storage_offset())
