@@ -206,7 +206,8 @@ class SyntheticBase:
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
                     # A member needing no grad beside one that does (a detach() of the same memory): autograd
                     # sees neither its reads nor its writes, nor may it resize it, as in eager.
-                    working[m] = member if meta.input_info[m].requires_grad else member.detach()
+                    alone = copy.requires_grad and not meta.input_info[m].requires_grad
+                    working[m] = member.detach() if alone else member
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
