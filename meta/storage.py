@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from meta.versions import counter_groups
+from meta.versions import counter_groups, uncounted
 
 __all__ = [
     "Extent",
@@ -107,10 +107,8 @@ def _on_storage(
         empty = torch.empty(0, dtype=like.dtype, device=like.device)
         return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
     alias = counter_of.detach()
-    counter = alias._version
-    with torch.no_grad():
+    with uncounted(alias), torch.no_grad():
         alias.set_(storage, int(like.storage_offset()), like.shape, like.stride())
-    torch._C._autograd._unsafe_set_version_counter((alias,), (counter,))  # set_() counted no write of eager's
     return alias
 
 

@@ -13,14 +13,15 @@ per shared counter, over groups computed when the function is compiled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
 
 T = TypeVar("T")
 
-__all__ = ["Counters", "counter_groups", "set_versions", "version"]
+__all__ = ["Counters", "counter_groups", "set_versions", "uncounted", "version"]
 
 
 def version(tensor: torch.Tensor) -> int:
@@ -32,6 +33,14 @@ def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> No
     """Set version counters (shared by every view of the same memory) to eager's values."""
     pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
     torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))
+
+
+@contextlib.contextmanager
+def uncounted(tensor: torch.Tensor) -> Iterator[None]:
+    """An in-place op standing for none of eager's (or for one counted elsewhere): the counter stays."""
+    counter = version(tensor)
+    yield
+    set_versions([tensor], [counter])
 
 
 def counter_groups(tensors: Sequence[object]) -> list[int]:

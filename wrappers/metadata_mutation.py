@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
-from meta.versions import Counters, counter_groups, set_versions, version
+from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -368,10 +368,8 @@ class _MovedHistories(TorchFunctionMode):
             return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         with torch.enable_grad():
             stand_in = base.as_strided(value.shape, value.stride(), value.storage_offset())
-        version = stand_in._version
-        with torch.no_grad():
+        with uncounted(stand_in), torch.no_grad():  # it writes nothing
             stand_in.set_(value)  # type: ignore[call-overload]
-        torch._C._autograd._unsafe_set_version_counter((stand_in,), (version,))  # it writes nothing
         return stand_in
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -512,11 +510,9 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
     old = (tuple(target.shape), tuple(target.stride()), target.storage_offset())
-    counter = version(target)
-    with torch.no_grad():
-        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
     # The restride stands for eager's change later in the call, whose bump the caller counts at the end.
-    set_versions([target], [counter])
+    with uncounted(target), torch.no_grad():
+        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
     # Taken in grad mode whatever the caller's: it stands for the input itself, which eager's function uses
     # in grad mode too after the counter moves (a view taken under no_grad would then refuse it).
     with torch.enable_grad():

@@ -25,7 +25,7 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
-from meta.versions import Counters, counter_groups, set_versions, version
+from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
@@ -145,10 +145,8 @@ class RuntimeEpilogue:
                     # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
                     of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                     if alias.in_place:
-                        # Eager's in-place write was counted already (the write-back), not once more.
-                        counted = version(of_input)
-                        outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
-                        set_versions([of_input], [counted])
+                        with uncounted(of_input):  # eager's in-place write was counted already (the write-back)
+                            outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:

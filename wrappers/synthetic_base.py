@@ -27,7 +27,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
 from meta.storage import overlaps, storage_extent, storage_key
-from meta.versions import Counters, counter_groups, set_versions, version
+from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -295,9 +295,8 @@ class SyntheticBase:
                 # A Function's view of a merged input, computed on the base's copy: eager's aliases the caller's.
                 of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                 if alias.in_place:
-                    counted = version(of_input)  # eager's in-place write was counted already
-                    outs[out] = with_history(AdoptHistory, of_input, outs[out])
-                    set_versions([of_input], [counted])
+                    with uncounted(of_input):  # eager's in-place write was counted already
+                        outs[out] = with_history(AdoptHistory, of_input, outs[out])
                 else:
                     outs[out] = with_history(ViewWithHistory, of_input, outs[out])
             for i, info in enumerate(meta.output_info):
