@@ -86,7 +86,7 @@ class Counters:
                 counts.append(count)
         self.positions, self.bumps = tuple(positions), tuple(counts)
         inner = {groups[p] for p in moved_inside}
-        self._early = tuple(slot for slot, p in enumerate(positions) if groups[p] not in inner)
+        self._early = tuple((slot, p, counts[slot]) for slot, p in enumerate(positions) if groups[p] not in inner)
 
     def __bool__(self) -> bool:
         return bool(self.positions)
@@ -107,7 +107,7 @@ class Counters:
         saves is checked against the version eager's reads saw), back where they were if it raises; and the
         counters before."""
         before = self.read(args)
-        set_versions([args[self.positions[s]] for s in self._early], [before[s] + self.bumps[s] for s in self._early])
+        set_versions([args[p] for _, p, _ in self._early], [before[s] + b for s, _, b in self._early])
         try:
             return inner(inner_args), before
         except BaseException:

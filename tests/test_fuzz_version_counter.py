@@ -87,6 +87,39 @@ def _write_both(a0, a1):
     return ()
 
 
+# Class 13 (program 5742): a returned input, a view of a leaf, whose counter moves through another input's
+# detach() (one counter): under no_grad eager's then refuses to give its grad_fn, as the compiled one must.
+def _squeeze_detached_return_other(a0, a1):
+    a1.data.zero_()
+    a0.detach().squeeze_()
+    return (a1,)
+
+
+def _views_of_leaf():
+    s0 = torch.randn(15, generator=_gen()).requires_grad_()
+    return (s0[0:5], s0[5:10])
+
+
+def _detached_view_of_leaf_and_view():
+    a0, a1 = _views_of_leaf()
+    return (a0.detach(), a1)
+
+
+# Class 56 (program 5970): set_() of a view of a base requiring no grad onto a value requiring grad: eager
+# records it, the base takes a history and so does every other view of it, a returned input among them.
+def _set_view_onto_value_requiring_grad(a0, a1, a2):
+    v0 = a0.view(-1)
+    a2.set_(v0)
+    return (a1, a0.sum() + a2.sum())
+
+
+def _leaf_and_views_of_no_grad_base():
+    g = _gen()
+    a0 = torch.randn(3, 4, generator=g).requires_grad_()
+    s0 = torch.randn(24, generator=g)
+    return (a0, s0[6:12:2], s0[3:9].view(2, 3))
+
+
 CASES = {
     "neg_through_detached_overlapping_view": (_neg_first, _detached_view_and_expanded_view),
     "neg_through_overlapping_view": (_neg_first, _views_of_one_non_leaf),
@@ -96,9 +129,14 @@ CASES = {
     "transpose_detached_base": (_transpose_first, _detached_base_and_row),
     "write_both_detached_and_view": (_write_both, _detached_view_and_expanded_view),
     "write_both_data_and_view": (_write_both, _data_view_and_view),
+    "squeeze_detached_return_other": (_squeeze_detached_return_other, _detached_view_of_leaf_and_view),
+    "set_view_onto_value_requiring_grad": (_set_view_onto_value_requiring_grad, _leaf_and_views_of_no_grad_base),
 }
 
-KNOWN_WRONG: dict[tuple[str, str], str] = {}
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("set_view_onto_value_requiring_grad", "training"): "class 56: the compiled set_() is applied under no_grad: "
+    "eager's records it, so the base gets a CopySlices history and every other view of it requires grad",
+}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
@@ -119,6 +157,14 @@ def test_reused_entry_sees_other_counter_sharing(again) -> None:
         warnings.simplefilter("ignore")
         compiled = check(_neg_first, _views_of_one_non_leaf)
         check(_neg_first, again, compiled_fn=compiled)
+
+
+def test_reused_entry_returned_input_under_no_grad() -> None:
+    """Class 13's reuse: compiled for two views of a leaf, called again with the first detach()ed."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        compiled = check(_squeeze_detached_return_other, _views_of_leaf, backward=False)
+        check(_squeeze_detached_return_other, _detached_view_of_leaf_and_view, compiled_fn=compiled, backward=False)
 
 
 def test_counter_groups() -> None:
