@@ -8,7 +8,9 @@ inspection.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +20,9 @@ import torch.fx as fx
 from aot import logs
 from aot.backends import to_boxed
 from aot.cache import keys
-from aot.compile.autograd import fresh_outputs, make_training_runtime
+from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
 from aot.compile.descriptors import DESC, Primal
+from aot.compile.higher_order import held_primals, plan_higher_order
 from aot.compile.failures import backend_errors
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
@@ -45,6 +48,9 @@ class CompiledEntry:
     compile_seconds: float = 0.0
     backward_compile_seconds: float = 0.0
     runtime: Runtime | None = None
+    # The backward compiled as a function of its own (an ``AOTFunction``), once a backward ran with
+    # grad mode on: its entries hold the second-order graphs, and theirs the third-order ones.
+    higher_order: Any = None
     # (flat tensor position, storage offset) the entry is specialized on: its program reads
     # storage at absolute offsets there.
     offset_guard: tuple[tuple[int, int], ...] = ()
@@ -139,7 +145,10 @@ def runtime_from_graphs(
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
-        return make_training_runtime(forward, compile_backward, meta, entry.extra.get("backward_writes", ()))
+        higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm)
+        return make_training_runtime(
+            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order
+        )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
 
@@ -148,6 +157,31 @@ def runtime_from_graphs(
             return fresh_outputs(compiled(list(args)))
 
     return run_inference
+
+
+def _higher_order(
+    meta: ViewAndMutationMeta,
+    config: AOTConfig,
+    entry: CompiledEntry,
+    forward_gm: fx.GraphModule,
+    backward_gm: fx.GraphModule,
+) -> HigherOrder:
+    """How the pair's backward runs with grad mode on: as a function aotfx compiles on first use."""
+    num_outputs = len(meta.output_info)
+    held = held_primals(forward_gm, num_outputs)
+    placeholders = [node for node in forward_gm.graph.nodes if node.op == "placeholder"]
+    written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
+
+    def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
+        from aot.api import AOTFunction  # the higher-order backward is compiled as any function is
+
+        requires_grad = [info.requires_grad for info in meta.input_info]
+        plan = plan_higher_order(forward_gm, backward_gm, num_outputs, requires_grad)
+        names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
+        entry.higher_order = AOTFunction(plan.graph, dataclasses.replace(config, num_params_buffers=0), names)
+        return entry.higher_order, plan.fed
+
+    return HigherOrder(held, written, compile_higher_order)
 
 
 def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
