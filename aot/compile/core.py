@@ -175,8 +175,7 @@ def _higher_order(
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
         from aot.api import AOTFunction  # the higher-order backward is compiled as any function is
 
-        requires_grad = [info.requires_grad for info in meta.input_info]
-        plan = plan_higher_order(forward_gm, backward_gm, num_outputs, requires_grad)
+        plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
         names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
         entry.higher_order = AOTFunction(plan.graph, dataclasses.replace(config, num_params_buffers=0), names)
         return entry.higher_order, plan.fed

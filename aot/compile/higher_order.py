@@ -13,9 +13,9 @@ backward, run with grad mode on, does the same again: any order works.
 
 *Held* primals are those the saved values are computed from: the runtime keeps them (by
 reference; a copy where the function writes them, so the recomputation reads the values of the
-call). *Fed* saved values are those computed from a random draw: recomputing would draw again,
-so they are passed as they were saved (they are constant in the draw; one that is also a
-differentiable function of a primal has no such value, and is refused).
+call). *Fed* saved values are those computed from a random draw and from no primal (a dropout
+mask): recomputing would draw again, so they are passed as they were saved. A saved value
+recomputed from a draw the forward did not save is refused.
 """
 
 from __future__ import annotations
@@ -47,16 +47,50 @@ def _saved_nodes(forward: fx.GraphModule, num_outputs: int) -> list[Any]:
     return output_values(forward)[num_outputs:]
 
 
-def _fed(saved: Sequence[Any]) -> set[fx.Node]:
-    """Saved values computed from a random draw (passed as saved, not recomputed)."""
-    return {node for node in saved if isinstance(node, fx.Node) and any(_draws(n) for n in ancestors([node]))}
+_aten = torch.ops.aten
+# Ops reading only the shape of their tensor arguments, not the values.
+_SHAPE_ONLY = frozenset({
+    _aten.empty_like.default, _aten.zeros_like.default, _aten.ones_like.default, _aten.full_like.default,
+    _aten.rand_like.default, _aten.randn_like.default, _aten.new_empty.default, _aten.new_zeros.default,
+    _aten.new_ones.default, _aten.new_full.default,
+})  # fmt: skip
+
+
+def _values_read(node: fx.Node) -> set[fx.Node]:
+    """``node`` and the nodes whose values it is computed from (not those whose shape only it reads)."""
+    seen: set[fx.Node] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            if current.target not in _SHAPE_ONLY:
+                stack.extend(current.all_input_nodes)
+    return seen
+
+
+def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
+    """Saved values computed from a random draw and from no primal's values: passed as saved, not drawn again."""
+    primals = set(_placeholders(forward))
+    fed = set()
+    for node in saved:
+        if isinstance(node, fx.Node) and node not in primals:
+            read = _values_read(node)
+            if any(_draws(n) for n in read) and not read & primals:
+                fed.add(node)
+    return fed
+
+
+def _recomputed(forward: fx.GraphModule, num_outputs: int) -> tuple[list[Any], set[fx.Node], set[fx.Node]]:
+    """The saved values, those fed, and the forward's nodes the higher-order backward runs again."""
+    saved = _saved_nodes(forward, num_outputs)
+    fed = _fed(forward, saved)
+    return saved, fed, ancestors([node for node in saved if node not in fed], stop=fed)
 
 
 def held_primals(forward: fx.GraphModule, num_outputs: int) -> list[int]:
-    """The primal positions the forward's saved values are computed from (random ones excepted)."""
-    saved = _saved_nodes(forward, num_outputs)
-    fed = _fed(saved)
-    needed = ancestors([node for node in saved if node not in fed], stop=fed)
+    """The primal positions the forward's saved values are computed from."""
+    needed = _recomputed(forward, num_outputs)[2]
     return [i for i, node in enumerate(_placeholders(forward)) if node in needed]
 
 
@@ -69,15 +103,13 @@ class HigherOrderPlan:
     fed: list[int]  # positions among the forward's saved values, its next inputs; then the tangents
 
 
-def plan_higher_order(
-    forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int, requires_grad: Sequence[bool]
-) -> HigherOrderPlan:
+def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int) -> HigherOrderPlan:
     """The backward of a training pair as one graph over held primals, fed saved values and tangents.
 
     Raises:
         DoubleBackwardError: where the backward has no derivative aotfx can give (an
-            autograd.Function's backward writing its inputs; a saved value both drawn at random
-            and differentiable in a primal).
+            autograd.Function's backward writing its inputs; a saved value recomputed from a
+            random draw the forward did not save).
     """
     if any(isinstance(desc, InputWrite) for desc in backward.graph.output_node().meta.get(DESC, [])):
         raise DoubleBackwardError(
@@ -86,18 +118,15 @@ def plan_higher_order(
             "Function's backward instead of writing in place."
         )
     primals = _placeholders(forward)
-    saved = _saved_nodes(forward, num_outputs)
-    fed = _fed(saved)
+    saved, fed, needed = _recomputed(forward, num_outputs)
     held = held_primals(forward, num_outputs)
-    for node in fed:
-        differentiable = [i for i in held if requires_grad[i] and primals[i] in ancestors([node])]
-        if differentiable:
-            raise DoubleBackwardError(
-                f"double backward through an aotfx-compiled function: the saved value {node.name} is computed "
-                f"both from a random draw and from {primals[differentiable[0]].name}, which requires grad; "
-                "recomputing it for the second derivative would draw again. Save the draw itself (a dropout "
-                "mask) by using the default partitioner, or differentiate once."
-            )
+    draw = next((node for node in forward.graph.nodes if node in needed and _draws(node)), None)
+    if draw is not None:
+        raise DoubleBackwardError(
+            f"double backward through an aotfx-compiled function: the forward's random draw {draw.name} is needed "
+            "to recompute a saved value, and drawing again would give other numbers. Differentiate once, or let "
+            "the partitioner save the draw itself (the default partitioner saves a dropout mask)."
+        )
 
     graph = fx.Graph()
     root = torch.nn.Module()
@@ -107,7 +136,6 @@ def plan_higher_order(
     fed_positions = [k for k, node in enumerate(saved) if node in fed]
     for k in fed_positions:
         env[saved[k]] = _placeholder(graph, saved[k], Saved(saved[k].name))
-    needed = ancestors([node for node in saved if node not in fed], stop=fed)
     _copy_nodes(graph, root, forward, needed, env, "forward")
 
     backward_inputs = _placeholders(backward)
