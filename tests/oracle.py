@@ -129,8 +129,13 @@ def derivatives(fn: Callable[..., Any], args: Any, order: int, wrt: Any = ()) ->
     found: list[Any] = [[o.detach() for o in outs]]
     current: list[Any] = outs
     for k in range(order):
-        grads = torch.autograd.grad(_weighted_sum(current, k), targets, create_graph=True, allow_unused=True)
-        found.append([g.detach() if g is not None else None for g in grads])
+        total = _weighted_sum(current, k)
+        if not total.requires_grad:  # a linear function: its derivative is constant, with no history
+            found.append(None)
+            current = []
+            continue
+        grads = torch.autograd.grad(total, targets, create_graph=True, allow_unused=True)
+        found.append([(g.detach(), g.requires_grad) if g is not None else None for g in grads])
         current = list(grads)
     last = _weighted_sum(current, order)
     if last.requires_grad:

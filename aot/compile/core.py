@@ -22,7 +22,7 @@ from aot.backends import to_boxed
 from aot.cache import keys
 from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
 from aot.compile.descriptors import DESC, Primal
-from aot.compile.higher_order import held_primals, plan_higher_order
+from aot.compile.higher_order import decompose_missing_derivative, held_primals, plan_higher_order
 from aot.compile.failures import backend_errors
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
@@ -177,8 +177,20 @@ def _higher_order(
 
         plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
         names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
-        entry.higher_order = AOTFunction(plan.graph, dataclasses.replace(config, num_params_buffers=0), names)
-        return entry.higher_order, plan.fed
+        inner = dataclasses.replace(config, num_params_buffers=0)
+        entry.higher_order = AOTFunction(plan.graph, inner, names)
+
+        def call(*args: Any) -> Any:
+            while True:
+                try:
+                    return entry.higher_order(*args)
+                except RuntimeError as error:
+                    if not decompose_missing_derivative(error, plan.graph):
+                        raise
+                    # Traced again with the op decomposed, as eager's backward computes it with grad mode on.
+                    entry.higher_order = AOTFunction(plan.graph, inner, names)
+
+        return call, plan.fed
 
     return HigherOrder(held, written, compile_higher_order)
 

@@ -20,19 +20,21 @@ recomputed from a draw the forward did not save is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._decomp import decomposition_table
 from torch._prims.rng_prims import run_and_save_rng_state
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
 from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
-__all__ = ["HigherOrderPlan", "held_primals", "plan_higher_order"]
+__all__ = ["HigherOrderPlan", "held_primals", "decompose_missing_derivative", "plan_higher_order"]
 
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -183,3 +185,28 @@ def _attr(gm: fx.GraphModule, target: str) -> Any:
         value = getattr(value, part)
     return value
 
+
+_MISSING_DERIVATIVE = re.compile(r"derivative for (aten::\w+) is not implemented")
+
+
+def decompose_missing_derivative(error: BaseException, gm: fx.GraphModule) -> bool:
+    """Decompose, in ``gm``, the op whose derivative ``error`` says is missing; False if it cannot.
+
+    A backward op eager never differentiates (``silu_backward``, ``native_group_norm_backward``):
+    with grad mode on, eager's backward computes it with differentiable ops instead. The node
+    calls torch's decomposition of the op, which runs those ops when the graph is traced.
+    """
+    found = _MISSING_DERIVATIVE.search(str(error))
+    if found is None:
+        return False
+    nodes = [
+        node
+        for node in gm.graph.nodes
+        if isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.name == found.group(1)
+        and node.target in decomposition_table
+    ]
+    for node in nodes:
+        node.target = decomposition_table[node.target]
+    gm.recompile()
+    return bool(nodes)
