@@ -25,7 +25,14 @@ def seeded(*shapes: tuple[int, ...], requires_grad: bool = True, seed: int = 0) 
     return tuple(torch.randn(shape, generator=generator).requires_grad_(requires_grad) for shape in shapes)
 
 
-def check_orders(fn: Callable[..., Any], args: Sequence[torch.Tensor], order: int = 2, model: bool = False, **kw: Any) -> Any:
+def _returning(value: Any) -> Callable[[], Any]:
+    """A function of no arguments returning ``value`` (already computed from the leaves differentiated)."""
+    return lambda: value
+
+
+def check_orders(
+    fn: Callable[..., Any], args: Sequence[torch.Tensor], order: int = 2, model: bool = False, **kw: Any
+) -> Any:
     """Eager and ``aot_function(fn)`` agree on every derivative up to ``order`` (and the final ``.grad``)."""
     compiled = kw.pop("compiled", None) or aot.aot_function(fn, aot.nop)
     eager = derivatives(fn, clone_args(args), order)
@@ -122,7 +129,9 @@ def test_hvp_over_a_compiled_function() -> None:
 
 def _critic() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+    )
 
 
 def _wgan_gp_steps(critic: torch.nn.Module, steps: int = 3) -> list[torch.Tensor]:
@@ -244,7 +253,7 @@ def test_non_leaf_input_written_in_place() -> None:
         x, w = seeded((4,), (4,))
         y = x * 1
         out = fn(y, w)
-        found = derivatives(lambda: out, [], 2, wrt=[x, w])
+        found = derivatives(_returning(out), [], 2, wrt=[x, w])
         results.append((found, y.detach()))
     assert_close(results[1], results[0], grad=True)
 
@@ -267,7 +276,7 @@ def test_aliased_inputs() -> None:
         x = base.detach().clone().requires_grad_()
         y = x * 2
         out = fn(y[:3], y[3:])
-        results.append(derivatives(lambda: out, [], 2, wrt=[x]))
+        results.append(derivatives(_returning(out), [], 2, wrt=[x]))
     assert_close(results[1], results[0], grad=True)
 
 
@@ -279,7 +288,7 @@ def test_same_tensor_twice() -> None:
     for fn in (f, aot.aot_function(f, aot.nop)):
         x = seeded((5,))[0]
         out = fn(x, x)
-        results.append(derivatives(lambda: out, [], 3, wrt=[x]))
+        results.append(derivatives(_returning(out), [], 3, wrt=[x]))
     assert_close(results[1], results[0], grad=True)
 
 
@@ -326,3 +335,25 @@ def test_opinfo_double_backward(name: str) -> None:
         outcome = check_op(name, samples=2)
     assert outcome in ("pass", "eager fails"), f"{name}: {outcome}"
     assert outcome == "pass"
+
+
+# --------------------------------------------------------------------------------------------
+# Limits left: a clear DoubleBackwardError at the second backward, first-order gradients still eager's.
+
+
+def test_function_whose_backward_writes_its_saved_input_refuses_the_second_derivative() -> None:
+    from aot.errors import DoubleBackwardError
+    from tests.functions import ScalesBySavedThenDoublesIt
+
+    def f(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return ScalesBySavedThenDoublesIt.apply(x.sin(), scale).pow(2).sum()
+
+    firsts = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, scale = seeded((3,))[0], torch.full((3,), 2.0)
+        (grad,) = torch.autograd.grad(fn(x, scale), x, create_graph=True)
+        firsts.append((grad.detach(), scale))
+    assert_close(firsts[1], firsts[0], grad=True)
+    assert grad.requires_grad
+    with pytest.raises(DoubleBackwardError, match="writes its saved input"):
+        grad.sum().backward()

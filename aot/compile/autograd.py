@@ -177,19 +177,6 @@ def make_training_runtime(
                         compiled_higher_order.append(error)
         return compiled_higher_order[0]
 
-    def differentiable_backward(ctx: Any, saved: Sequence[Any], tangents: list[torch.Tensor]) -> list[Any]:
-        """The gradients with history (grad mode on): the compiled higher-order backward's."""
-        _check_versions(ctx.held, ctx.held_versions)
-        compiled = higher_order_fn()
-        if isinstance(compiled, DoubleBackwardError):
-            # No derivative to give: first-order gradients whose own backward raises why.
-            with torch.no_grad():
-                grads = backward_fn()([arg.detach() for arg in [*saved, *tangents]])[:num_primals]
-            edges = [t for t in [*ctx.held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
-            return list(_NoDerivative.apply(compiled, list(grads), *edges))  # type: ignore[no-untyped-call]
-        fn, fed = compiled
-        return list(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
-
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
@@ -213,16 +200,23 @@ def make_training_runtime(
             ]
             saved = ctx.saved_tensors
             args = [*saved, *tangents]
+            refused = None
             if (
                 higher_order is not None
                 and torch.is_grad_enabled()
                 and any(isinstance(t, torch.Tensor) and t.requires_grad for t in [*ctx.held, *tangents])
             ):
                 # create_graph=True: gradients with history, back to the primals and the tangents.
-                return tuple(differentiable_backward(ctx, saved, tangents))
+                _check_versions(ctx.held, ctx.held_versions)
+                compiled = higher_order_fn()
+                if not isinstance(compiled, DoubleBackwardError):
+                    fn, fed = compiled
+                    return tuple(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
+                refused = compiled
             # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
             # whatever the grad mode (as_strided_scatter of a non-contiguous one).
-            results = backward_fn()([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args])
+            with torch.no_grad():
+                results = backward_fn()([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args])
             if backward_writes:
                 tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
                 targets = [
@@ -233,7 +227,12 @@ def make_training_runtime(
                     for target, value in zip(targets, results[num_primals:], strict=True):
                         target, value = one_index_per_element(target, value)  # an expanded input: once each
                         target.copy_(value)
-            return tuple(results[:num_primals])
+            grads = tuple(results[:num_primals])
+            if refused is not None:
+                # No derivative to give: the first-order gradients, whose own backward raises why.
+                edges = [t for t in [*ctx.held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
+                return _NoDerivative.apply(refused, list(grads), *edges)  # type: ignore[no-untyped-call]
+            return grads
 
     def run(args: list[Any]) -> list[Any]:
         if not torch.is_grad_enabled():

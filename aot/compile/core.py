@@ -22,8 +22,8 @@ from aot.backends import to_boxed
 from aot.cache import keys
 from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
 from aot.compile.descriptors import DESC, Primal
-from aot.compile.higher_order import decompose_missing_derivative, held_primals, plan_higher_order
 from aot.compile.failures import backend_errors
+from aot.compile.higher_order import decompose_missing_derivative, held_primals, plan_higher_order
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig

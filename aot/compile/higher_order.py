@@ -34,7 +34,7 @@ from aot.compile.descriptors import DESC, InputWrite, Saved
 from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
-__all__ = ["HigherOrderPlan", "held_primals", "decompose_missing_derivative", "plan_higher_order"]
+__all__ = ["HigherOrderPlan", "decompose_missing_derivative", "held_primals", "plan_higher_order"]
 
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -165,7 +165,12 @@ def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
 
 
 def _copy_nodes(
-    graph: fx.Graph, root: torch.nn.Module, gm: fx.GraphModule, nodes: set[fx.Node], env: dict[fx.Node, fx.Node], side: str
+    graph: fx.Graph,
+    root: torch.nn.Module,
+    gm: fx.GraphModule,
+    nodes: set[fx.Node],
+    env: dict[fx.Node, fx.Node],
+    side: str,
 ) -> None:
     """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side."""
     for node in gm.graph.nodes:
