@@ -357,3 +357,17 @@ def test_function_whose_backward_writes_its_saved_input_refuses_the_second_deriv
     assert grad.requires_grad
     with pytest.raises(DoubleBackwardError, match="writes its saved input"):
         grad.sum().backward()
+
+
+def test_op_without_a_second_derivative_raises_eagers_error_at_the_second_backward() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cdist(x, y).pow(2).sum()  # _cdist_backward has no derivative, in eager too
+
+    errors = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, y = seeded((3, 2), (4, 2))
+        (gx,) = torch.autograd.grad(fn(x, y), x, create_graph=True)
+        with pytest.raises(RuntimeError) as raised:
+            gx.sum().backward()
+        errors.append((type(raised.value), str(raised.value)))
+    assert errors[1] == errors[0]

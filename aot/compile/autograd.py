@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
@@ -118,16 +119,16 @@ def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
 
 class _NoDerivative(torch.autograd.Function):
     """Gradients computed without history, given the history of ``edges``; their backward raises ``error``
-    (never zeros, never a silently missing edge)."""
+    again, as its type (never zeros, never a silently missing edge)."""
 
     @staticmethod
-    def forward(ctx: Any, error: DoubleBackwardError, grads: list[Any], *edges: torch.Tensor) -> Any:
+    def forward(ctx: Any, error: RuntimeError, grads: list[Any], *edges: torch.Tensor) -> Any:
         ctx.error = error
         return tuple(grads)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        raise DoubleBackwardError(str(ctx.error))
+        raise type(ctx.error)(str(ctx.error))
 
 
 def make_training_runtime(
@@ -200,7 +201,7 @@ def make_training_runtime(
             ]
             saved = ctx.saved_tensors
             args = [*saved, *tangents]
-            refused = None
+            refused: RuntimeError | None = None
             if (
                 higher_order is not None
                 and torch.is_grad_enabled()
@@ -209,10 +210,16 @@ def make_training_runtime(
                 # create_graph=True: gradients with history, back to the primals and the tangents.
                 _check_versions(ctx.held, ctx.held_versions)
                 compiled = higher_order_fn()
-                if not isinstance(compiled, DoubleBackwardError):
+                if isinstance(compiled, DoubleBackwardError):
+                    refused = compiled
+                else:
                     fn, fed = compiled
-                    return tuple(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
-                refused = compiled
+                    try:
+                        return tuple(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
+                    except RuntimeError as error:
+                        if missing_derivative(error) is None:
+                            raise
+                        refused = error  # eager's double backward raises it, its first-order one does not
             # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
             # whatever the grad mode (as_strided_scatter of a non-contiguous one).
             with torch.no_grad():

@@ -186,7 +186,7 @@ def _higher_order(
                     return entry.higher_order(*args)
                 except RuntimeError as error:
                     if not decompose_missing_derivative(error, plan.graph):
-                        raise
+                        raise  # an op without derivative: eager's double backward raises it too
                     # Traced again with the op decomposed, as eager's backward computes it with grad mode on.
                     entry.higher_order = AOTFunction(plan.graph, inner, names)
 

@@ -34,7 +34,13 @@ from aot.compile.descriptors import DESC, InputWrite, Saved
 from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
-__all__ = ["HigherOrderPlan", "decompose_missing_derivative", "held_primals", "plan_higher_order"]
+__all__ = [
+    "HigherOrderPlan",
+    "decompose_missing_derivative",
+    "held_primals",
+    "missing_derivative",
+    "plan_higher_order",
+]
 
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -191,7 +197,13 @@ def _attr(gm: fx.GraphModule, target: str) -> Any:
     return value
 
 
-_MISSING_DERIVATIVE = re.compile(r"derivative for (aten::\w+) is not implemented")
+_MISSING_DERIVATIVE = re.compile(r"derivative for (?:aten::)?'?(\w+)'? is not implemented")
+
+
+def missing_derivative(error: BaseException) -> str | None:
+    """The op (``aten::silu_backward``) whose derivative ``error`` says is not implemented, if it says so."""
+    found = _MISSING_DERIVATIVE.search(str(error))
+    return f"aten::{found.group(1)}" if found is not None else None
 
 
 def decompose_missing_derivative(error: BaseException, gm: fx.GraphModule) -> bool:
@@ -201,14 +213,12 @@ def decompose_missing_derivative(error: BaseException, gm: fx.GraphModule) -> bo
     with grad mode on, eager's backward computes it with differentiable ops instead. The node
     calls torch's decomposition of the op, which runs those ops when the graph is traced.
     """
-    found = _MISSING_DERIVATIVE.search(str(error))
-    if found is None:
-        return False
+    op_name = missing_derivative(error)
     nodes = [
         node
         for node in gm.graph.nodes
         if isinstance(node.target, torch._ops.OpOverload)
-        and node.target._schema.name == found.group(1)
+        and node.target._schema.name == op_name
         and node.target in decomposition_table
     ]
     for node in nodes:
