@@ -32,7 +32,7 @@ from meta.overlap import is_overlap_error
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
-__all__ = ["CompiledEntry", "compile_core", "runtime_from_graphs"]
+__all__ = ["CompileFunction", "CompiledEntry", "compile_core", "runtime_from_graphs"]
 
 
 @dataclass
@@ -57,8 +57,16 @@ class CompiledEntry:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runtime:
-    """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
+# Compiles a function as aotfx compiles any (``AOTFunction(fn, config, leading_names)``): the core hands it
+# the higher-order backward, and the API, which owns it, hands it to the core.
+CompileFunction = Callable[[Callable[..., Any], AOTConfig, list[str]], Any]
+
+
+def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_function: CompileFunction) -> Runtime:
+    """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``.
+
+    ``compile_function`` compiles the backward as a function of its own when a backward runs with
+    grad mode on (``aot.compile.higher_order``)."""
     meta = stage.meta
     entry.core_meta = meta
     # Under the caller's inference mode only an autograd.Function in an enable_grad region records (built-in
@@ -85,7 +93,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
     _mark_static_inputs(entry, meta)
-    return runtime_from_graphs(meta, config, entry)
+    return runtime_from_graphs(meta, config, entry, compile_function)
 
 
 def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta) -> None:
@@ -125,7 +133,11 @@ def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
 
 
 def runtime_from_graphs(
-    meta: ViewAndMutationMeta, config: AOTConfig, entry: CompiledEntry, restored: bool = False
+    meta: ViewAndMutationMeta,
+    config: AOTConfig,
+    entry: CompiledEntry,
+    compile_function: CompileFunction,
+    restored: bool = False,
 ) -> Runtime:
     """Compile the entry's forward/backward pair, or its inference graph, into the core's runtime.
 
@@ -145,7 +157,7 @@ def runtime_from_graphs(
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
-        higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm)
+        higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm, compile_function)
         return make_training_runtime(
             forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order
         )
@@ -165,6 +177,7 @@ def _higher_order(
     entry: CompiledEntry,
     forward_gm: fx.GraphModule,
     backward_gm: fx.GraphModule,
+    compile_function: CompileFunction,
 ) -> HigherOrder:
     """How the pair's backward runs with grad mode on: as a function aotfx compiles on first use."""
     num_outputs = len(meta.output_info)
@@ -173,12 +186,10 @@ def _higher_order(
     written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
-        from aot.api import AOTFunction  # the higher-order backward is compiled as any function is
-
         plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
         names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
         inner = dataclasses.replace(config, num_params_buffers=0)
-        entry.higher_order = AOTFunction(plan.graph, inner, names)
+        entry.higher_order = compile_function(plan.graph, inner, names)
 
         def call(*args: Any) -> Any:
             while True:
@@ -188,7 +199,7 @@ def _higher_order(
                     if not decompose_missing_derivative(error, plan.graph):
                         raise  # an op without derivative: eager's double backward raises it too
                     # Traced again with the op decomposed, as eager's backward computes it with grad mode on.
-                    entry.higher_order = AOTFunction(plan.graph, inner, names)
+                    entry.higher_order = compile_function(plan.graph, inner, names)
 
         return call, plan.fed
 
