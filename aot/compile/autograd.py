@@ -96,6 +96,8 @@ class HigherOrder:
 
 
 def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
+    if not higher_order.written:
+        return [args[p] for p in higher_order.held]  # the common case, on every call: references only
     held = []
     for p in higher_order.held:
         arg = args[p]
