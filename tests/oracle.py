@@ -121,14 +121,14 @@ def _weighted_sum(values: Any, seed: int) -> torch.Tensor:
 
 
 def derivatives(fn: Callable[..., Any], args: Any, order: int, wrt: Any = ()) -> list[Any]:
-    """Eager's higher-order facts of ``fn(*args)``: its outputs, its 1st..``order``-th derivatives (each the
+    """Eager's higher-order facts of ``fn(*args)``: its outputs, its 1st..``order - 1``-th derivatives (each the
     gradient of a fixed weighted sum of the previous ones, with ``create_graph=True``, w.r.t. ``wrt`` or the
-    arguments requiring grad), and the ``.grad`` a final ``backward()`` leaves, all detached."""
+    arguments requiring grad), and the ``.grad`` a final ``backward()`` leaves (the ``order``-th), all detached."""
     targets = list(wrt) or [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
     outs = [o for o in tree_flatten(fn(*args))[0] if isinstance(o, torch.Tensor)]
     found: list[Any] = [[o.detach() for o in outs]]
     current: list[Any] = outs
-    for k in range(order):
+    for k in range(order - 1):
         total = _weighted_sum(current, k)
         if not total.requires_grad:  # a linear function: its derivative is constant, with no history
             found.append(None)
@@ -137,7 +137,7 @@ def derivatives(fn: Callable[..., Any], args: Any, order: int, wrt: Any = ()) ->
         grads = torch.autograd.grad(total, targets, create_graph=True, allow_unused=True)
         found.append([(g.detach(), g.requires_grad) if g is not None else None for g in grads])
         current = list(grads)
-    last = _weighted_sum(current, order)
+    last = _weighted_sum(current, order - 1)
     if last.requires_grad:
         last.backward()
     found.append([t.grad for t in targets])

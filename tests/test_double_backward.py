@@ -175,8 +175,8 @@ def test_gradient_penalty_inside_the_compiled_function() -> None:
 
     w1, w2 = seeded((6, 8), (8, 1))
     x = seeded((4, 6), requires_grad=False, seed=1)[0]
-    check_orders(step, (w1, w2, x), order=1)
-    check_orders(step, (w1, w2, x), order=2)
+    check_orders(step, (w1, w2, x), order=1)  # the penalty's own second derivative, traced in the forward
+    check_orders(step, (w1, w2, x), order=2)  # and its third
 
 
 # --------------------------------------------------------------------------------------------
