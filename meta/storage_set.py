@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from meta.storage import storage_extent
+from meta.versions import uncounted
 
 __all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "history_taken_again"]
 
@@ -82,10 +83,8 @@ def history_taken_again(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor
             return _RecordedAsStrided.apply(base, memory)  # type: ignore[no-any-return,no-untyped-call]
     with torch.enable_grad():
         fresh = base.as_strided(moved.shape, moved.stride(), moved.storage_offset())
-    version = fresh._version
-    with torch.no_grad():
+    with uncounted(fresh), torch.no_grad():  # it writes nothing
         fresh.set_(moved)  # type: ignore[call-overload]
-    torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # it writes nothing
     return fresh
 
 
