@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from meta import symbolic
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.function_apply import functions_seen_by_modes
@@ -722,7 +723,7 @@ def collect_meta(
         flat_args: real (or fake) tensors giving the input signature.
         names: a readable name per input, for errors and reports.
     """
-    fake_mode = fake_mode or FakeTensorMode()
+    fake_mode = fake_mode or symbolic.fake_mode()
     # FreshViews is a torch-function mode, which some library code sees (TransformerEncoder leaves its
     # fast path when one is active): only programs changing geometry in place run under it.
     for needs_fresh_views in (False, True):

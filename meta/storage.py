@@ -18,6 +18,9 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from meta.errors import DynamicShapesUnsupportedError
+from meta.symbolic import current, symbolic_fake, symbolic_geometry
+
 __all__ = [
     "Extent",
     "expanded_dims",
@@ -106,7 +109,11 @@ def _on_storage(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tens
 
 def _fake_root(storage: torch.UntypedStorage, root: torch.Tensor) -> torch.Tensor:
     """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness."""
-    fake = _on_storage(storage, root)
+    return _with_autograd_state(_on_storage(storage, root), root)
+
+
+def _with_autograd_state(fake: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    """``fake`` (a plain tensor) with ``root``'s ``requires_grad`` and leafness."""
     if not root.requires_grad:
         return fake
     if root.is_leaf:
@@ -129,9 +136,16 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
+    _refuse_symbolic_aliases(tensors)
     with fake_mode:
         for tensor in tensors:
             if id(tensor) in fakes:
+                continue
+            geometry = symbolic_geometry(tensor)
+            if geometry is not None:
+                # Its own storage (no other input shares it): the sizes of a storage it may be a view
+                # of are not the caller's to vary. A view of a tensor requiring grad is refused above.
+                fakes[id(tensor)] = _with_autograd_state(symbolic_fake(tensor, geometry), tensor)
                 continue
             if tensor.layout != torch.strided:
                 fakes[id(tensor)] = _plain_fake(tensor)
@@ -157,6 +171,37 @@ def fake_inputs(
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
+
+
+def _refuse_symbolic_aliases(tensors: Sequence[torch.Tensor]) -> None:
+    """Inputs with symbolic sizes that share memory with another input, or are views of a tensor
+    requiring grad: the synthetic-base layer and the autograd view rules need their storage's
+    geometry, which is not symbolic yet."""
+    if current() is None:
+        return
+    by_storage: dict[int, set[int]] = {}
+    for tensor in tensors:
+        if tensor.layout == torch.strided:
+            by_storage.setdefault(storage_key(tensor), set()).add(id(tensor))
+    for tensor in tensors:
+        if symbolic_geometry(tensor) is None:
+            if tensor.layout == torch.strided and _shares_with_symbolic(tensor, tensors):
+                raise DynamicShapesUnsupportedError(
+                    "an input derived from (sharing memory with) an input of symbolic size, as the synthetic-base "
+                    "and metadata-mutation layers make for aliased or in-place-reshaped inputs"
+                )
+            continue
+        if len(by_storage[storage_key(tensor)]) > 1:
+            raise DynamicShapesUnsupportedError("inputs of symbolic size sharing memory with another input")
+        if tensor._base is not None and tensor.requires_grad:
+            raise DynamicShapesUnsupportedError("an input of symbolic size that is a view of a tensor requiring grad")
+
+
+def _shares_with_symbolic(tensor: torch.Tensor, tensors: Sequence[torch.Tensor]) -> bool:
+    inputs = current()
+    assert inputs is not None
+    key = storage_key(tensor)
+    return any(storage_key(t) == key for t in inputs.tensors)
 
 
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

@@ -140,7 +140,9 @@ def make_training_runtime(
             # An empty extra output: saved (as an output, so it holds no memory and no cycle), it comes
             # back in the backward with this node as its grad_fn, the edge to the primals' history.
             saved, anchor = _saveable(saved)
-            ctx.save_for_backward(*saved, anchor)
+            # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
+            ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor | None)]
+            ctx.save_for_backward(*(v for v in saved if isinstance(v, torch.Tensor | None)), anchor)
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.
             ctx.written_primals = [args[p] for p in written_primals]
@@ -153,6 +155,8 @@ def make_training_runtime(
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
             *saved, anchor = ctx.saved_tensors
+            for position, size in ctx.saved_sizes:
+                saved.insert(position, size)
             args = [*saved, *tangents]
             if torch.is_grad_enabled():
                 # create_graph=True: every gradient gets a history, through the anchor back to the

@@ -1,0 +1,164 @@
+"""Dynamic shapes: the inputs' chosen dimensions as symbols of one ``ShapeEnv`` per compile.
+
+While an entry compiles, :func:`symbolic_inputs` makes the chosen dimensions of the
+caller's tensors symbols; every fake made of those tensors then (meta collection,
+each trace) has the same symbolic sizes, strides and storage offset, so the traced
+graphs hold symbols where the caller's sizes may vary. What the trace relied on
+about them (a broadcast, ``x.shape[0] == y.shape[0]``, a size read as a Python
+int) is recorded by the ShapeEnv as guards; :class:`Guard` turns them into one
+Python expression checked on every call before the entry is reused.
+
+As torch does, a dimension of size 0 or 1 is never made a symbol: it is specialized
+(its guard requires that size), since programs branch on it (broadcasting, empty
+tensors) far more often than on other sizes. Duck shaping too, as torch: dimensions
+of equal size when the entry compiles are one symbol, guarded equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import GuardSource, Source
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from meta.errors import DynamicShapesUnsupportedError
+
+__all__ = [
+    "Guard",
+    "SymbolicInputs",
+    "current",
+    "fake_mode",
+    "symbolic_fake",
+    "symbolic_geometry",
+    "symbolic_inputs",
+]
+
+# (sizes, strides, storage offset) of a fake, each an int or a SymInt.
+Geometry = tuple[tuple[Any, ...], tuple[Any, ...], Any]
+
+
+@dataclass(frozen=True)
+class _ArgSource(Source):
+    """The ``index``-th dynamic tensor of a call: the name its symbols are reported under."""
+
+    index: int
+
+    def name(self) -> str:
+        return f"L['t{self.index}']"
+
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+
+@dataclass
+class SymbolicInputs:
+    """The shape environment of one compile and the symbolic geometry of each dynamic input."""
+
+    shape_env: ShapeEnv = field(default_factory=ShapeEnv)
+    # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
+    geometry: dict[int, Geometry] = field(default_factory=dict)
+    tensors: list[torch.Tensor] = field(default_factory=list)
+
+    def add(self, tensor: torch.Tensor, dims: Sequence[int]) -> None:
+        """Make ``dims`` of ``tensor`` symbols (sizes 0 and 1 stay constants, as torch specializes them)."""
+        if tensor.layout != torch.strided or tensor.is_sparse:
+            raise DynamicShapesUnsupportedError(f"dynamic shapes of a {tensor.layout} tensor")
+        dims = [d % tensor.dim() for d in dims] if tensor.dim() else []
+        dynamic = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
+        context = StatelessSymbolicContext(dynamic_sizes=dynamic)  # type: ignore[arg-type]
+        source = _ArgSource(len(self.tensors))
+        sizes, strides, offset = self.shape_env.create_symbolic_sizes_strides_storage_offset(
+            tensor, source, symbolic_context=context
+        )
+        self.geometry[id(tensor)] = (tuple(sizes), tuple(strides), offset)
+        self.tensors.append(tensor)
+
+    def fakes(self) -> list[torch.Tensor]:
+        """A fake per dynamic input, in order, with its symbolic geometry: what the guards are stated on."""
+        mode = FakeTensorMode(shape_env=self.shape_env)
+        with mode:
+            return [symbolic_fake(t, self.geometry[id(t)]) for t in self.tensors]
+
+
+_CURRENT: ContextVar[SymbolicInputs | None] = ContextVar("aotfx_symbolic_inputs", default=None)
+
+
+def current() -> SymbolicInputs | None:
+    """The symbolic inputs of the compile in progress, ``None`` when it is static."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def symbolic_inputs(inputs: SymbolicInputs | None) -> Iterator[None]:
+    """Compile with ``inputs``' dimensions symbolic (nothing changes for ``None``).
+
+    Symbolic sizes need the Python dispatcher: torch's meta functions and
+    decompositions for SymInts are registered there.
+    """
+    if inputs is None:
+        yield
+        return
+    token = _CURRENT.set(inputs)
+    try:
+        with enable_python_dispatcher():
+            yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def fake_mode() -> FakeTensorMode:
+    """A fresh fake mode, on the compile's shape environment when it is symbolic."""
+    inputs = current()
+    return FakeTensorMode(shape_env=inputs.shape_env if inputs is not None else None)
+
+
+def symbolic_geometry(tensor: torch.Tensor) -> Geometry | None:
+    """The symbolic geometry ``tensor``'s fakes take in this compile, ``None`` for a static one."""
+    inputs = current()
+    return None if inputs is None else inputs.geometry.get(id(tensor))
+
+
+def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """A fake with ``geometry`` on a storage of its own, just large enough (inside a fake mode)."""
+    sizes, strides, offset = geometry
+    extent = offset + 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+    storage = torch.empty(extent * tensor.element_size(), dtype=torch.uint8, device=tensor.device)
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        storage.untyped_storage(), offset, sizes, strides
+    )
+
+
+_ARG = re.compile(r"L\['t(\d+)'\]")
+
+
+class Guard:
+    """The conditions an entry compiled on symbolic inputs holds under, as one compiled expression.
+
+    ``guard(tensors)`` (the dynamic inputs, in the order they were added) is True when
+    the entry computes eager's result for them. Every size, stride and offset the
+    trace saw is checked: the symbolic ones by the ShapeEnv's guards, the rest equal.
+    """
+
+    def __init__(self, inputs: SymbolicInputs) -> None:
+        code = inputs.shape_env.produce_guards_expression(inputs.fakes(), ignore_static=False) or "True"
+        self.code = code
+        params = ", ".join(f"t{i}" for i in range(len(inputs.tensors)))
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        body = _ARG.sub(r"t\1", code)
+        # The ShapeEnv's own guard code, with the arguments positional: no dict built per call.
+        self._check: Callable[..., bool] = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))  # noqa: S307
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
+        return bool(self._check(*tensors))
+
+    def __repr__(self) -> str:
+        return f"Guard({self.code})"
