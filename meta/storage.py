@@ -51,7 +51,7 @@ def storage_numel(tensor: torch.Tensor) -> int:
 
 def storage_extent(tensor: torch.Tensor) -> Extent:
     """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
-    start = int(tensor.storage_offset())
+    start = tensor.storage_offset()
     if tensor.numel() == 0:
         return start, start
     return start, start + 1 + sum(
@@ -104,7 +104,7 @@ class _NonLeafAlias(torch.autograd.Function):
 def _on_storage(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
     """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``."""
     empty = torch.empty(0, dtype=like.dtype, device=like.device)
-    return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+    return empty.set_(storage, like.storage_offset(), like.shape, like.stride())
 
 
 def _fake_root(storage: torch.UntypedStorage, root: torch.Tensor) -> torch.Tensor:
@@ -209,7 +209,7 @@ def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
     output of several ...): autograd then refuses on the fake what it refuses on the real view."""
     creation = torch._C._autograd._get_creation_meta(view)
     with torch.set_grad_enabled(creation != torch._C._autograd.CreationMeta.NO_GRAD_MODE):
-        fake = root.as_strided(view.shape, view.stride(), int(view.storage_offset()))
+        fake = root.as_strided(view.shape, view.stride(), view.storage_offset())
     if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE and fake.requires_grad:
         torch._C._autograd._set_creation_meta(fake, creation)
     return fake

@@ -76,7 +76,7 @@ def refuse_order_dependent_writes(func: Any, args: Any, kwargs: dict[str, Any]) 
 
 
 def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
+    return tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset()
 
 
 def _may_overlap_itself(tensor: torch.Tensor) -> bool:
