@@ -40,6 +40,7 @@ from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
 from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
+from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
 from meta import symbolic
 from meta.symbolic import Guard
 from aot.wrapped_scalars import scalar_inputs, specialized
@@ -743,21 +744,53 @@ def aot_module_simplified(
     the first real call, for that call's signature. With a persistent cache
     (``cache_dir``/``AOTFX_CACHE_DIR``), whole compiled entries are stored under the
     graph's canonical form, so a new process compiling the same graph skips tracing.
+    Dimensions symbolic in the example inputs are traced symbolic, and size arguments
+    are read from the tensors they are dimensions of (``aot.symbolic_sizes``).
     """
+    dropped: list[int] = []
+    examples = list(args)
+    if isinstance(mod, fx.GraphModule):
+        examples = symbolic_examples(mod, args)
+        mod, dropped = sizes_read_from_tensors(mod, examples)
+    kept_args = [example for position, example in enumerate(examples) if position not in dropped]
+    num_params = len(_named_tensors(mod))
+    dynamic_dims = {num_params + position: dims for position, dims in dynamic_dims_of(kept_args).items()}
     config = _make_config(
         fw_compiler,
         bw_compiler,
         partition_fn,
         decompositions,
-        len(_named_tensors(mod)),
+        num_params,
         keep_inference_input_mutations,
         inference_compiler,
         False,
         cache_dir,
         activation_memory_budget=activation_memory_budget,
         activation_policy=activation_policy,
+        dynamic_dims=dynamic_dims,
     )
     positions = scalar_inputs(mod) if isinstance(mod, fx.GraphModule) else []
+    if dropped:
+        # The graph reads these sizes from its tensors: the call's ints are not passed on.
+        return _without_args(_compiled_forward(mod, config, positions), dropped)
+    return _compiled_forward(mod, config, positions)
+
+
+def _without_args(forward: Callable[..., Any], dropped: list[int]) -> Callable[..., Any]:
+    drop = frozenset(dropped)
+
+    def without(*runtime_args: Any) -> Any:
+        return forward(*(arg for position, arg in enumerate(runtime_args) if position not in drop))
+
+    for name in ("compiled", "zero_grad", "named_parameters", "named_buffers"):
+        if hasattr(forward, name):
+            setattr(without, name, getattr(forward, name))
+    return without
+
+
+def _compiled_forward(mod: torch.nn.Module, config: AOTConfig, positions: list[int]) -> Callable[..., Any]:
+    """``aot_module_simplified`` once its size arguments are read from tensors: ``positions`` are
+    the scalars Dynamo passes as tensors (``aot.wrapped_scalars``)."""
     if not positions:
         compiled = _simplified(mod, config)
 
