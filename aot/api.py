@@ -298,6 +298,8 @@ class AOTFunction:
         tensors = [leaves[i] for i in positions]
         with refusing_hooks(self._module_name, self._called_modules):
             meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        if symbolic.current() is not None:
+            symbolic.refuse_symbolic_replays(meta)
         self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers

@@ -33,8 +33,8 @@ class DynamicShapesUnsupportedError(AOTError, NotImplementedError):
 
     def __init__(self, feature: str) -> None:
         super().__init__(
-            f"dynamic shapes: {feature} is not supported with symbolic sizes yet; "
-            "compile this function with static shapes (dynamic=False, no dynamic_dims, no mark_dynamic)"
+            f"dynamic shapes: {feature}. aotfx does not handle this with symbolic sizes yet: compile this "
+            "function with static shapes (dynamic=False, no dynamic_dims, no mark_dynamic)"
         )
         self.feature = feature
 

@@ -36,6 +36,7 @@ __all__ = [
     "SymbolicInputs",
     "current",
     "fake_mode",
+    "refuse_symbolic_replays",
     "symbolic_fake",
     "symbolic_geometry",
     "symbolic_inputs",
@@ -134,6 +135,40 @@ def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
         storage.untyped_storage(), offset, sizes, strides
     )
+
+
+def refuse_symbolic_replays(meta: Any) -> None:
+    """Refuse what the layers above the core would replay at run time with traced sizes.
+
+    The meta is collected on symbolic fakes; the layers apply parts of it to the
+    caller's real tensors: an input's final geometry after a metadata mutation, the
+    arguments of the view ops that rebuild an output aliasing an input or an
+    intermediate. Where those hold symbols, the replay would use the traced sizes.
+    (Specs, which only shape the fake tangents of a trace, may hold symbols.)
+    """
+    for info in meta.input_info:
+        if info.mutates_metadata:
+            raise DynamicShapesUnsupportedError(
+                f"input '{info.name}' changes its geometry in place (t_, unsqueeze_, resize_, set_ ...): the "
+                "metadata-mutation layer replays the final geometry"
+            )
+    for position, out in enumerate(meta.output_info):
+        for step in out.view_chain:
+            if _has_symbol((step.args, step.kwargs, step.from_geometry)):
+                raise DynamicShapesUnsupportedError(
+                    f"output {position} is a view ({step}) whose arguments are symbolic sizes: the epilogue "
+                    "replays views of inputs and intermediates with their traced arguments"
+                )
+
+
+def _has_symbol(value: Any) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if isinstance(value, tuple | list):
+        return any(_has_symbol(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_symbol(v) for v in value.values())
+    return False
 
 
 _ARG = re.compile(r"L\['t(\d+)'\]")
