@@ -41,10 +41,10 @@ from aot.errors import UnsupportedInputError
 from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
 from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
-from meta import symbolic
-from meta.symbolic import Guard
 from aot.wrapped_scalars import scalar_inputs, specialized
+from meta import symbolic
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
+from meta.symbolic import Guard
 from wrappers import Stage, compile_through, default_layers
 
 __all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
@@ -467,7 +467,7 @@ def _make_config(
     enable_log: bool = True,
     activation_memory_budget: float | int | None = None,
     activation_policy: ActivationPolicy | None = None,
-    dynamic_dims: Mapping[str | int, int | Sequence[int]] | None = None,
+    dynamic_dims: Mapping[Any, int | Sequence[int]] | None = None,
 ) -> AOTConfig:
     if activation_memory_budget is not None:
         if partition_fn is not None:

@@ -13,7 +13,7 @@ signature, which would compile once per value. A size argument no tensor has
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -56,7 +56,7 @@ def sizes_read_from_tensors(gm: fx.GraphModule, example_inputs: Sequence[Any]) -
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if _is_symbol(size):
-                    found.setdefault(size.node.expr, (position, dim))
+                    found.setdefault(cast(torch.SymInt, size).node.expr, (position, dim))
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     dropped = [
         position
@@ -72,9 +72,9 @@ def sizes_read_from_tensors(gm: fx.GraphModule, example_inputs: Sequence[Any]) -
     for position in dropped:
         tensor_position, dim = found[example_inputs[position].node.expr]
         with graph.inserting_after(last):
-            size = graph.call_function(torch.ops.aten.sym_size.int, (copied[tensor_position], dim))
-        last = size
-        size.meta["example_value"] = example_inputs[position]
-        copied[position].replace_all_uses_with(size)
+            read = graph.call_function(torch.ops.aten.sym_size.int, (copied[tensor_position], dim))
+        last = read
+        read.meta["example_value"] = example_inputs[position]
+        copied[position].replace_all_uses_with(read)
         graph.erase_node(copied[position])
     return fx.GraphModule(gm, graph), dropped

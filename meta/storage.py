@@ -27,6 +27,7 @@ __all__ = [
     "fake_input",
     "fake_inputs",
     "intersect",
+    "offset_of",
     "one_index_per_element",
     "overlaps",
     "storage_extent",
@@ -49,9 +50,17 @@ def storage_numel(tensor: torch.Tensor) -> int:
     return int(tensor.untyped_storage().nbytes()) // tensor.element_size()
 
 
+def offset_of(tensor: torch.Tensor) -> int:
+    """The storage offset: an int, or a SymInt (which acts as one) on a fake with symbolic sizes.
+
+    Never ``int()`` of it: that would specialize the sizes it is computed from.
+    """
+    return tensor.storage_offset()  # type: ignore[return-value]
+
+
 def storage_extent(tensor: torch.Tensor) -> Extent:
     """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
-    start = tensor.storage_offset()
+    start = offset_of(tensor)
     if tensor.numel() == 0:
         return start, start
     return start, start + 1 + sum(

@@ -52,9 +52,11 @@ class _ArgSource(Source):
 
     index: int
 
-    def name(self) -> str:
+    @property
+    def _name_template(self) -> str:
         return f"L['t{self.index}']"
 
+    @property
     def guard_source(self) -> GuardSource:
         return GuardSource.LOCAL
 
@@ -74,7 +76,7 @@ class SymbolicInputs:
             raise DynamicShapesUnsupportedError(f"dynamic shapes of a {tensor.layout} tensor")
         dims = [d % tensor.dim() for d in dims] if tensor.dim() else []
         dynamic = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
-        context = StatelessSymbolicContext(dynamic_sizes=dynamic)  # type: ignore[arg-type]
+        context: StatelessSymbolicContext[Any, Any] = StatelessSymbolicContext(dynamic_sizes=dynamic)
         source = _ArgSource(len(self.tensors))
         sizes, strides, offset = self.shape_env.create_symbolic_sizes_strides_storage_offset(
             tensor, source, symbolic_context=context
@@ -183,14 +185,15 @@ class Guard:
     """
 
     def __init__(self, inputs: SymbolicInputs) -> None:
-        code = inputs.shape_env.produce_guards_expression(inputs.fakes(), ignore_static=False) or "True"
+        fakes: list[Any] = inputs.fakes()
+        code = inputs.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
         self.code = code
         params = ", ".join(f"t{i}" for i in range(len(inputs.tensors)))
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
         body = _ARG.sub(r"t\1", code)
         # The ShapeEnv's own guard code, with the arguments positional: no dict built per call.
-        self._check: Callable[..., bool] = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))  # noqa: S307
+        self._check: Callable[..., bool] = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
         return bool(self._check(*tensors))

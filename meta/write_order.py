@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.overlap import INTERNAL_OVERLAP_ALLOWED, OVERLAP, dispatched_argument, element_offsets, same_data
-from meta.storage import overlaps
+from meta.storage import offset_of, overlaps
 
 __all__ = ["refuse_order_dependent_writes", "refuse_self_overlapping_writes"]
 
@@ -76,7 +76,7 @@ def refuse_order_dependent_writes(func: Any, args: Any, kwargs: dict[str, Any]) 
 
 
 def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset()
+    return tuple(tensor.shape), tuple(tensor.stride()), offset_of(tensor)
 
 
 def _may_overlap_itself(tensor: torch.Tensor) -> bool:

@@ -4,7 +4,8 @@ Every graph aotfx hands a backend goes through :func:`compile`. It computes the
 graph's *canonical form* -- a deterministic text equal for structurally equal
 graphs (positional value names, no stack traces or user names, constants by
 metadata and content hash, placeholder shapes/strides/dtypes/devices/
-``requires_grad``, shape symbols by first appearance with their ranges, op overloads) followed by the *key context* (decompositions,
+``requires_grad``, shape symbols named by first appearance with their ranges,
+op overloads) followed by the *key context* (decompositions,
 partitioner, the compiler's identity and config, torch/aotfx/Python versions)
 -- hashes it with sha256, and reuses the compiled callable of an earlier graph
 with the same key. Twelve identical transformer blocks, or the cells of an

@@ -27,8 +27,8 @@ from aot.compile.functionalize import functionalize
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
-from meta.alias import AliasAnalysis, written_positions
 from meta import symbolic
+from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
 from meta.function_apply import functions_seen_by_modes
