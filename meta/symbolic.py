@@ -185,17 +185,26 @@ class Guard:
     """
 
     def __init__(self, inputs: SymbolicInputs) -> None:
-        fakes: list[Any] = inputs.fakes()
-        code = inputs.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
-        self.code = code
-        params = ", ".join(f"t{i}" for i in range(len(inputs.tensors)))
+        # Fakes and the ShapeEnv only: the caller's tensors are not held.
+        self._fakes: list[Any] = inputs.fakes()
+        self._shape_env = inputs.shape_env
+        self._compile()
+
+    def _compile(self) -> None:
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
+        self._num_guards = len(self._shape_env.guards)
+        code = self._shape_env.produce_guards_expression(self._fakes, ignore_static=False) or "True"
+        self.code = code
+        params = ", ".join(f"t{i}" for i in range(len(self._fakes)))
         body = _ARG.sub(r"t\1", code)
         # The ShapeEnv's own guard code, with the arguments positional: no dict built per call.
         self._check: Callable[..., bool] = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
+        if len(self._shape_env.guards) != self._num_guards:
+            # A backend compiling the backward lazily, after the guard was made, may have added guards.
+            self._compile()
         return bool(self._check(*tensors))
 
     def __repr__(self) -> str:

@@ -318,3 +318,16 @@ def test_torch_compile_seven_batch_sizes_compiles_as_aot_eager() -> None:
     torch._dynamo.reset()
     # One static pair for the first size, then one dynamic pair once Dynamo marks the batch dynamic.
     assert counts["aotfx"] == counts["aot_eager"] == 4
+
+
+def test_inductor_compiles_symbolic_graphs() -> None:
+    from aot.backends import inductor, inductor_decompositions
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).relu().sum(1) * x.shape[0]
+
+    compiled = aot.aot_function(f, inductor, decompositions=inductor_decompositions(), dynamic_dims={"x": 0})
+    w = torch.randn(4, 3, requires_grad=True)
+    for batch in (3, 5, 9):
+        check(f, (torch.randn(batch, 4, requires_grad=True), w), compiled_fn=compiled, calls=1)
+    assert len(compiled.entries) == 1
