@@ -195,7 +195,12 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.runtime
         assert runtime is not None
-        outs = runtime(tensors)
+        if entry.dynamic_positions:
+            # Views the layers replay take this call's sizes where the trace had symbols.
+            with symbolic.call_sizes([leaves[p] for p in entry.dynamic_positions]):
+                outs = runtime(tensors)
+        else:
+            outs = runtime(tensors)
         if convention.exit_grad_mode is not None:
             torch.set_grad_enabled(convention.exit_grad_mode)
         return convention.rebuild(outs)
@@ -299,7 +304,7 @@ class AOTFunction:
         with refusing_hooks(self._module_name, self._called_modules):
             meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
         if symbolic.current() is not None:
-            symbolic.refuse_symbolic_replays(meta)
+            meta = symbolic.with_runtime_sizes(meta)
         self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers
@@ -412,6 +417,7 @@ class AOTFunction:
             entry, convention = self._compile(args, kwargs, key)
             guard = symbolic.Guard(inputs)
         entry.extra["guard"] = guard
+        entry.dynamic_positions = tuple(positions)
         self._dynamic_entries.setdefault(key, []).append((guard, positions, entry, convention))
         return entry, convention
 

@@ -17,6 +17,7 @@ of equal size when the entry compiles are one symbol, guarded equal.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -33,13 +34,16 @@ from meta.errors import DynamicShapesUnsupportedError
 
 __all__ = [
     "Guard",
+    "RuntimeSize",
     "SymbolicInputs",
+    "call_sizes",
     "current",
     "fake_mode",
-    "refuse_symbolic_replays",
+    "resolve_sizes",
     "symbolic_fake",
     "symbolic_geometry",
     "symbolic_inputs",
+    "with_runtime_sizes",
 ]
 
 # (sizes, strides, storage offset) of a fake, each an int or a SymInt.
@@ -69,6 +73,8 @@ class SymbolicInputs:
     # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
     geometry: dict[int, Geometry] = field(default_factory=dict)
     tensors: list[torch.Tensor] = field(default_factory=list)
+    # symbol -> where a call's value of it is read: ``t0.size(1)`` (``tI`` the I-th dynamic input).
+    bindings: dict[Any, str] = field(default_factory=dict)
 
     def add(self, tensor: torch.Tensor, dims: Sequence[int]) -> None:
         """Make ``dims`` of ``tensor`` symbols (sizes 0 and 1 stay constants, as torch specializes them)."""
@@ -82,7 +88,31 @@ class SymbolicInputs:
             tensor, source, symbolic_context=context
         )
         self.geometry[id(tensor)] = (tuple(sizes), tuple(strides), offset)
+        name = f"t{len(self.tensors)}"
+        for reads, values in ((f"{name}.size", sizes), (f"{name}.stride", strides)):
+            for dim, value in enumerate(values):
+                self._bind(value, f"{reads}({dim})")
+        self._bind(offset, f"{name}.storage_offset()")
         self.tensors.append(tensor)
+
+    def _bind(self, value: Any, read: str) -> None:
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+            self.bindings.setdefault(value.node.expr, read)
+
+    def runtime_size(self, value: torch.SymInt) -> RuntimeSize:
+        """``value`` (a traced size) as a :class:`RuntimeSize` computed from each call's inputs."""
+        import sympy
+
+        expr = value.node.expr
+        unbound = [symbol for symbol in expr.free_symbols if symbol not in self.bindings]
+        if unbound:
+            raise DynamicShapesUnsupportedError(f"a size ({value}) that no input's size determines")
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        body = str(expr.xreplace({symbol: sympy.Symbol(self.bindings[symbol]) for symbol in expr.free_symbols}))
+        params = ", ".join(f"t{i}" for i in range(len(self.tensors)))
+        evaluate = eval(f"lambda {params}: int({body})", dict(SYMPY_INTERP))
+        return RuntimeSize(value, evaluate, body)
 
     def fakes(self) -> list[torch.Tensor]:
         """A fake per dynamic input, in order, with its symbolic geometry: what the guards are stated on."""
@@ -139,28 +169,94 @@ def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     )
 
 
-def refuse_symbolic_replays(meta: Any) -> None:
-    """Refuse what the layers above the core would replay at run time with traced sizes.
+@dataclass(frozen=True, eq=False)
+class RuntimeSize:
+    """A view op's argument traced as a symbolic size: the traced SymInt while tracing, and in a
+    compiled call the call's value, computed from its dynamic inputs (``call_sizes``)."""
 
-    The meta is collected on symbolic fakes; the layers apply parts of it to the
-    caller's real tensors: an input's final geometry after a metadata mutation, the
-    arguments of the view ops that rebuild an output aliasing an input or an
-    intermediate. Where those hold symbols, the replay would use the traced sizes.
+    traced: torch.SymInt
+    evaluate: Callable[..., int]
+    text: str
+
+    def value(self) -> Any:
+        inputs = _CALL.get()
+        return self.traced if inputs is None else self.evaluate(*inputs)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_CALL: ContextVar[Sequence[torch.Tensor] | None] = ContextVar("aotfx_call_sizes", default=None)
+
+
+@contextlib.contextmanager
+def call_sizes(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
+    r"""Around a compiled call: its dynamic inputs (in the entry's order) give the values of ``RuntimeSize``\ s."""
+    token = _CALL.set(inputs)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
+
+
+def resolve_sizes(value: Any) -> Any:
+    """``value`` (a view op's arguments) with each ``RuntimeSize`` replaced by its value now."""
+    if isinstance(value, RuntimeSize):
+        return value.value()
+    if isinstance(value, tuple | list):
+        return type(value)(resolve_sizes(v) for v in value)
+    return value
+
+
+def with_runtime_sizes(meta: Any) -> Any:
+    r"""``meta`` (collected on symbolic fakes) ready for the layers to replay on the caller's tensors.
+
+    The layers apply parts of it to real tensors: an input's final geometry after a
+    metadata mutation, the view ops rebuilding an output that aliases an input or an
+    intermediate. Symbolic view arguments become ``RuntimeSize``\ s; the rest is refused.
     (Specs, which only shape the fake tangents of a trace, may hold symbols.)
     """
+    inputs = current()
+    assert inputs is not None
     for info in meta.input_info:
         if info.mutates_metadata:
             raise DynamicShapesUnsupportedError(
                 f"input '{info.name}' changes its geometry in place (t_, unsqueeze_, resize_, set_ ...): the "
                 "metadata-mutation layer replays the final geometry"
             )
-    for position, out in enumerate(meta.output_info):
-        for step in out.view_chain:
-            if _has_symbol((step.args, step.kwargs, step.from_geometry)):
-                raise DynamicShapesUnsupportedError(
-                    f"output {position} is a view ({step}) whose arguments are symbolic sizes: the epilogue "
-                    "replays views of inputs and intermediates with their traced arguments"
+
+    def chain(steps: tuple[Any, ...], position: int) -> tuple[Any, ...]:
+        rewritten = []
+        for step in steps:
+            if _has_symbol(step.from_geometry):
+                raise DynamicShapesUnsupportedError(f"output {position} is a view of an input whose geometry changed")
+            if _has_symbol((step.args, step.kwargs)):
+                step = dataclasses.replace(
+                    step,
+                    args=_runtime(step.args, inputs),
+                    kwargs=tuple((k, _runtime(v, inputs)) for k, v in step.kwargs),
+                    runtime_sizes=True,
                 )
+            rewritten.append(step)
+        return tuple(rewritten)
+
+    outputs = []
+    for position, out in enumerate(meta.output_info):
+        alias = out.computed_alias
+        if alias is not None:
+            alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain, position))
+        outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain, position), computed_alias=alias))
+    return dataclasses.replace(meta, output_info=tuple(outputs))
+
+
+def _runtime(value: Any, inputs: SymbolicInputs) -> Any:
+    if isinstance(value, torch.SymInt):
+        return inputs.runtime_size(value) if value.node.expr.free_symbols else int(value)
+    if isinstance(value, torch.SymFloat | torch.SymBool):
+        raise DynamicShapesUnsupportedError(f"a view argument {value} of type {type(value).__name__}")
+    if isinstance(value, tuple | list):
+        return type(value)(_runtime(v, inputs) for v in value)
+    return value
 
 
 def _has_symbol(value: Any) -> bool:

@@ -246,7 +246,7 @@ def test_backend_without_dynamic_shapes_is_named() -> None:
 
     static_only.supports_dynamic_shapes = False  # type: ignore[attr-defined]
     compiled = aot.aot_function(lambda x: x.cos(), static_only, dynamic=True)
-    with pytest.raises(BackendCompilerError, match="static_only.*symbolic sizes"):
+    with pytest.raises(BackendCompilerError, match=r"static_only.*symbolic sizes"):
         compiled(torch.randn(3, 4))
     # With static shapes it compiles.
     aot.aot_function(lambda x: x.cos(), static_only)(torch.randn(3, 4))
@@ -262,10 +262,24 @@ def test_metadata_mutation_refused_with_inputs_untouched() -> None:
     assert isinstance(DynamicShapesUnsupportedError("x"), NotImplementedError)
 
 
-def test_views_with_symbolic_arguments_refused() -> None:
-    compiled = aot.aot_function(lambda x: x.view(x.shape[0] * 5), functional_nop, dynamic=True)
-    with pytest.raises(DynamicShapesUnsupportedError, match="epilogue"):
-        compiled(torch.randn(3, 5))
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.view(x.shape[0] * 5),
+        lambda x: x.narrow(0, 0, x.shape[0] - 1),
+        lambda x: (x + 1).view(x.shape[0], 5, 1),
+        lambda x: (x * 2).split(x.shape[0] // 2),
+        lambda x: x.sum(1, keepdim=True).expand(x.shape[0], 3),
+        lambda x: (x.view(x.shape[0] * 5), (x * 3).view(-1, x.shape[0])),
+    ],
+    ids=["view_of_input", "narrow_of_input", "view_of_intermediate", "split_floordiv", "expand", "two"],
+)
+def test_views_taken_with_symbolic_sizes(fn: Any) -> None:
+    # The epilogue replays them with each call's sizes (``meta.symbolic.RuntimeSize``).
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    for batch in (4, 6, 8):  # even: split's number of chunks is guarded; 10 % 5 == 0 is guarded by view
+        check(fn, (torch.randn(batch, 5, requires_grad=True),), compiled_fn=compiled)
+    assert len(compiled.entries) == 1
 
 
 def test_inputs_sharing_memory_refused() -> None:
@@ -311,7 +325,7 @@ def test_torch_compile_seven_batch_sizes_compiles_as_aot_eager() -> None:
     torch.manual_seed(0)
     module = MLP()
     backends = {"aotfx": make_backend(counter("aotfx")), "aot_eager": aot_autograd(fw_compiler=counter("aot_eager"))}
-    for name, backend in backends.items():
+    for backend in backends.values():
         torch._dynamo.reset()
         compiled = torch.compile(module, backend=backend)
         _check_module(module, compiled, lambda b: torch.randn(b, 6, requires_grad=True), [2, 3, 4, 5, 6, 7, 9])
