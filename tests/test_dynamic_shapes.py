@@ -308,7 +308,8 @@ def test_mutation_and_aliasing_across_sizes(fn: Any) -> None:
     assert len(compiled.entries) == 1
 
 
-def test_torch_compile_seven_batch_sizes_compiles_as_aot_eager() -> None:
+@pytest.mark.parametrize("model", ["mlp", "attention"])
+def test_torch_compile_seven_sizes_compiles_as_aot_eager(model: str) -> None:
     from torch._dynamo.backends.common import aot_autograd
 
     from aot.dynamo import make_backend
@@ -323,12 +324,16 @@ def test_torch_compile_seven_batch_sizes_compiles_as_aot_eager() -> None:
         return compiler
 
     torch.manual_seed(0)
-    module = MLP()
+    module: torch.nn.Module
+    if model == "mlp":
+        module, sizes, width = MLP(), [(2,), (3,), (4,), (5,), (6,), (7,), (9,)], 6
+    else:  # batch and sequence length vary
+        module, sizes, width = Attention(), [(2, 5), (3, 7), (2, 9), (4, 3), (3, 12), (5, 6), (2, 8)], 16
     backends = {"aotfx": make_backend(counter("aotfx")), "aot_eager": aot_autograd(fw_compiler=counter("aot_eager"))}
     for backend in backends.values():
         torch._dynamo.reset()
         compiled = torch.compile(module, backend=backend)
-        _check_module(module, compiled, lambda b: torch.randn(b, 6, requires_grad=True), [2, 3, 4, 5, 6, 7, 9])
+        _check_module(module, compiled, lambda s: torch.randn(*s, width, requires_grad=True), sizes)
     torch._dynamo.reset()
     # One static pair for the first size, then one dynamic pair once Dynamo marks the batch dynamic.
     assert counts["aotfx"] == counts["aot_eager"] == 4
