@@ -350,3 +350,31 @@ def test_inductor_compiles_symbolic_graphs() -> None:
     for batch in (3, 5, 9):
         check(f, (torch.randn(batch, 4, requires_grad=True), w), compiled_fn=compiled, calls=1)
     assert len(compiled.entries) == 1
+
+
+def _seeded(batch: int, make: Any) -> Any:
+    def factory() -> Any:
+        torch.manual_seed(batch)
+        return make(batch)
+
+    return factory
+
+
+def test_non_leaf_and_duplicated_inputs_and_inference_mode() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x * y).sum(0)
+
+    non_leaf = aot.aot_function(f, functional_nop, dynamic=True)
+    duplicated = aot.aot_function(f, functional_nop, dynamic=True)
+    for batch in (3, 4, 6):
+        make = _seeded(batch, lambda b: (torch.randn(b, 5, requires_grad=True) * 2, torch.randn(b, 5)))
+        check(f, make, compiled_fn=non_leaf)
+        same = _seeded(batch, lambda b: (lambda t: (t, t))(torch.randn(b, 5, requires_grad=True)))
+        check(f, same, compiled_fn=duplicated)
+    assert len(non_leaf.entries) == len(duplicated.entries) == 1
+    with torch.inference_mode():
+        flat = aot.aot_function(lambda x: x.view(x.shape[0] * 5) * 2, functional_nop, dynamic=True)
+        for batch in (3, 4, 6):
+            x = torch.randn(batch, 5)
+            torch.testing.assert_close(flat(x), x.view(-1) * 2)
+    assert len(flat.entries) == 1
