@@ -292,10 +292,17 @@ class Guard:
         self._num_guards = len(self._shape_env.guards)
         code = self._shape_env.produce_guards_expression(self._fakes, ignore_static=False) or "True"
         self.code = code
-        params = ", ".join(f"t{i}" for i in range(len(self._fakes)))
+        count = len(self._fakes)
+        # The ShapeEnv's own guard code, on each input's size, strides and offset read once.
         body = _ARG.sub(r"t\1", code)
-        # The ShapeEnv's own guard code, with the arguments positional: no dict built per call.
-        self._check: Callable[..., bool] = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
+        for reads, local in ((".size()", "z"), (".stride()", "r"), (".storage_offset()", "o")):
+            body = re.sub(rf"t(\d+){re.escape(reads)}", rf"{local}\1", body)
+        lines = [f"def check({', '.join(f't{i}' for i in range(count))}):"]
+        lines += [f"    z{i}, r{i}, o{i} = t{i}.size(), t{i}.stride(), t{i}.storage_offset()" for i in range(count)]
+        lines.append(f"    return {body}")
+        namespace: dict[str, Any] = dict(SYMPY_INTERP)
+        exec("\n".join(lines), namespace)
+        self._check: Callable[..., bool] = namespace["check"]
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
         if len(self._shape_env.guards) != self._num_guards:
