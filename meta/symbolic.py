@@ -69,7 +69,11 @@ class _ArgSource(Source):
 class SymbolicInputs:
     """The shape environment of one compile and the symbolic geometry of each dynamic input."""
 
-    shape_env: ShapeEnv = field(default_factory=ShapeEnv)
+    # Data-dependent sizes (``nonzero``, ``.item()``) stay refused with aotfx's DataDependentError, as on
+    # static shapes: unbacked symbols would need runtime asserts, which the graphs do not carry yet.
+    shape_env: ShapeEnv = field(
+        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    )
     # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
     geometry: dict[int, Geometry] = field(default_factory=dict)
     tensors: list[torch.Tensor] = field(default_factory=list)

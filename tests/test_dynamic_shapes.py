@@ -378,3 +378,11 @@ def test_non_leaf_and_duplicated_inputs_and_inference_mode() -> None:
             x = torch.randn(batch, 5)
             torch.testing.assert_close(flat(x), x.view(-1) * 2)
     assert len(flat.entries) == 1
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[x > 0] * 2, lambda x: x * 2 if x.sum() > 0 else x], ids=["mask", "item"])
+def test_data_dependent_sizes_refused_as_with_static_shapes(fn: Any) -> None:
+    from aot.errors import DataDependentError
+
+    with pytest.raises(DataDependentError, match="needs the values of a tensor"):
+        aot.aot_function(fn, functional_nop, dynamic=True)(torch.randn(3, 4))
