@@ -197,8 +197,7 @@ class AOTFunction:
         assert runtime is not None
         if entry.dynamic_positions:
             # Views the layers replay take this call's sizes where the trace had symbols.
-            with symbolic.call_sizes([leaves[p] for p in entry.dynamic_positions]):
-                outs = runtime(tensors)
+            outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
         else:
             outs = runtime(tensors)
         if convention.exit_grad_mode is not None:

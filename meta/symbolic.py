@@ -36,10 +36,10 @@ __all__ = [
     "Guard",
     "RuntimeSize",
     "SymbolicInputs",
-    "call_sizes",
     "current",
     "fake_mode",
     "resolve_sizes",
+    "run_with_sizes",
     "symbolic_fake",
     "symbolic_geometry",
     "symbolic_inputs",
@@ -176,7 +176,7 @@ def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
 @dataclass(frozen=True, eq=False)
 class RuntimeSize:
     """A view op's argument traced as a symbolic size: the traced SymInt while tracing, and in a
-    compiled call the call's value, computed from its dynamic inputs (``call_sizes``)."""
+    compiled call the call's value, computed from its dynamic inputs (``run_with_sizes``)."""
 
     traced: torch.SymInt
     evaluate: Callable[..., int]
@@ -193,12 +193,12 @@ class RuntimeSize:
 _CALL: ContextVar[Sequence[torch.Tensor] | None] = ContextVar("aotfx_call_sizes", default=None)
 
 
-@contextlib.contextmanager
-def call_sizes(inputs: Sequence[torch.Tensor]) -> Iterator[None]:
-    r"""Around a compiled call: its dynamic inputs (in the entry's order) give the values of ``RuntimeSize``\ s."""
+def run_with_sizes(inputs: Sequence[torch.Tensor], run: Callable[[Any], Any], args: Any) -> Any:
+    r"""``run(args)``: a compiled call, whose dynamic inputs (in the entry's order) give the values of
+    ``RuntimeSize``\ s meanwhile. (No context manager: this is on every call's path.)"""
     token = _CALL.set(inputs)
     try:
-        yield
+        return run(args)
     finally:
         _CALL.reset(token)
 
