@@ -303,7 +303,7 @@ class AOTFunction:
         with refusing_hooks(self._module_name, self._called_modules):
             meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
         if symbolic.current() is not None:
-            meta = symbolic.with_runtime_sizes(meta)
+            meta = symbolic.with_runtime_sizes(meta, tensors)
         self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers

@@ -152,8 +152,7 @@ def fake_inputs(
                 continue
             geometry = symbolic_geometry(tensor)
             if geometry is not None:
-                # Its own storage (no other input shares it): the sizes of a storage it may be a view
-                # of are not the caller's to vary. A view of a tensor requiring grad is refused above.
+                # A storage of its own: the size of a storage it may share is not the caller's to vary.
                 fakes[id(tensor)] = _with_autograd_state(symbolic_fake(tensor, geometry), tensor)
                 continue
             if tensor.layout != torch.strided:
@@ -183,34 +182,14 @@ def fake_inputs(
 
 
 def _refuse_symbolic_aliases(tensors: Sequence[torch.Tensor]) -> None:
-    """Inputs with symbolic sizes that share memory with another input, or are views of a tensor
-    requiring grad: the synthetic-base layer and the autograd view rules need their storage's
-    geometry, which is not symbolic yet."""
+    """An input of symbolic size that is a view of a tensor requiring grad: autograd's view rules
+    need its base, whose geometry is not symbolic. (Inputs sharing memory get storages of their own:
+    ``meta.symbolic.with_runtime_sizes`` refuses them where one is written.)"""
     if current() is None:
         return
-    by_storage: dict[int, set[int]] = {}
     for tensor in tensors:
-        if tensor.layout == torch.strided:
-            by_storage.setdefault(storage_key(tensor), set()).add(id(tensor))
-    for tensor in tensors:
-        if symbolic_geometry(tensor) is None:
-            if tensor.layout == torch.strided and _shares_with_symbolic(tensor, tensors):
-                raise DynamicShapesUnsupportedError(
-                    "an input derived from (sharing memory with) an input of symbolic size, as the synthetic-base "
-                    "and metadata-mutation layers make for aliased or in-place-reshaped inputs"
-                )
-            continue
-        if len(by_storage[storage_key(tensor)]) > 1:
-            raise DynamicShapesUnsupportedError("inputs of symbolic size sharing memory with another input")
-        if tensor._base is not None and tensor.requires_grad:
+        if symbolic_geometry(tensor) is not None and tensor._base is not None and tensor.requires_grad:
             raise DynamicShapesUnsupportedError("an input of symbolic size that is a view of a tensor requiring grad")
-
-
-def _shares_with_symbolic(tensor: torch.Tensor, tensors: Sequence[torch.Tensor]) -> bool:
-    inputs = current()
-    assert inputs is not None
-    key = storage_key(tensor)
-    return any(storage_key(t) == key for t in inputs.tensors)
 
 
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

@@ -212,7 +212,7 @@ def resolve_sizes(value: Any) -> Any:
     return value
 
 
-def with_runtime_sizes(meta: Any) -> Any:
+def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
     r"""``meta`` (collected on symbolic fakes) ready for the layers to replay on the caller's tensors.
 
     The layers apply parts of it to real tensors: an input's final geometry after a
@@ -222,6 +222,7 @@ def with_runtime_sizes(meta: Any) -> Any:
     """
     inputs = current()
     assert inputs is not None
+    _refuse_writes_into_shared_memory(meta, tensors, inputs)
     for info in meta.input_info:
         if info.mutates_metadata:
             raise DynamicShapesUnsupportedError(
@@ -251,6 +252,24 @@ def with_runtime_sizes(meta: Any) -> Any:
             alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain, position))
         outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain, position), computed_alias=alias))
     return dataclasses.replace(meta, output_info=tuple(outputs))
+
+
+def _refuse_writes_into_shared_memory(meta: Any, tensors: Sequence[torch.Tensor], inputs: SymbolicInputs) -> None:
+    """Distinct inputs sharing memory, one of symbolic size, one written: refused (the synthetic-base
+    layer would regenerate them from their storage, whose geometry is not symbolic). Read only, they
+    were collected on storages of their own, which no read can tell from shared ones."""
+    groups: dict[int, dict[int, int]] = {}  # storage -> id(tensor) -> position
+    for position, tensor in enumerate(tensors):
+        if tensor.layout == torch.strided:
+            groups.setdefault(int(tensor.untyped_storage()._cdata), {}).setdefault(id(tensor), position)
+    for group in groups.values():
+        if len(group) < 2 or not any(id(t) in group for t in inputs.tensors):
+            continue
+        written = [meta.input_info[p].name for p in group.values() if meta.input_info[p].mutates_data]
+        if written or any(meta.input_info[p].mutates_metadata for p in group.values()):
+            raise DynamicShapesUnsupportedError(
+                f"inputs sharing memory, one of symbolic size, one written ({', '.join(written) or 'geometry'})"
+            )
 
 
 def _runtime(value: Any, inputs: SymbolicInputs) -> Any:

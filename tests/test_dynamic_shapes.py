@@ -282,11 +282,19 @@ def test_views_taken_with_symbolic_sizes(fn: Any) -> None:
     assert len(compiled.entries) == 1
 
 
-def test_inputs_sharing_memory_refused() -> None:
-    compiled = aot.aot_function(lambda a, b: a.add_(1) + b, functional_nop, dynamic=True)
+def test_inputs_sharing_memory_read_only_or_refused_when_written() -> None:
+    def read(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b
+
+    compiled = aot.aot_function(read, functional_nop, dynamic=True)
+    for length in (4, 6):
+        tokens = torch.randn(length + 1)
+        check(read, (tokens[:-1], tokens[1:]), compiled_fn=compiled, backward=False)
+    assert len(compiled.entries) == 1
+    written = aot.aot_function(lambda a, b: a.add_(1) + b, functional_nop, dynamic=True)
     base = torch.randn(8)
-    with pytest.raises(DynamicShapesUnsupportedError, match="sharing memory"):
-        compiled(base[:4], base[4:])
+    with pytest.raises(DynamicShapesUnsupportedError, match=r"sharing memory.*written"):
+        written(base[:4], base[4:])
 
 
 @pytest.mark.parametrize(
