@@ -25,7 +25,7 @@ import aot
 from aot.demo import GPTConfig, make_model
 from aot.dynamo import make_backend
 
-LENGTHS = list(range(4, 24))
+LENGTHS = list(range(4, 24))  # 20 sequence lengths
 
 
 def _counting(counts: dict[str, int], name: str) -> Any:
