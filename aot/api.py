@@ -40,8 +40,11 @@ from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import UnsupportedInputError
 from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
+from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
 from aot.wrapped_scalars import scalar_inputs, specialized
+from meta import symbolic
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
+from meta.symbolic import Guard
 from wrappers import Stage, compile_through, default_layers
 
 __all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
@@ -146,11 +149,15 @@ class AOTFunction:
         self._called_modules: list[torch.nn.Module] = []
         self._hook_tables: list[dict[int, Any]] = []
         self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
+        # Entries with symbolic sizes: under a signature that leaves the sizes out, each with its guard.
+        self._dynamic_entries: dict[Hashable, list[tuple[Guard, list[int], CompiledEntry, _CallingConvention]]] = {}
+        self._named_dims: dict[Hashable, dict[int, frozenset[int]]] = {}
         self._lock = threading.Lock()
 
     @property
     def entries(self) -> list[CompiledEntry]:
-        return [entry for entry, _ in self._cache.values()]
+        dynamic = [entry for found in self._dynamic_entries.values() for _, _, entry, _ in found]
+        return [entry for entry, _ in self._cache.values()] + dynamic
 
     def report(self) -> str:
         """Every compiled entry's graphs, meta and saved activations, as text."""
@@ -163,15 +170,18 @@ class AOTFunction:
             leaves, structure = args, len(args)  # flat tensors, the hot case: no pytree needed
         else:
             leaves, structure = tree_flatten((args, kwargs))  # type: ignore[assignment]
-        key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position])
+        dynamic = self._dynamic_dims(leaves, structure, args, kwargs)
+        key = input_signature(leaves, structure, lambda position: self._names(args, kwargs)[position], dynamic)
         if self._state_key is not None:
             key = (key, self._state_key())
         if any(self._hook_tables):
             key = (key, "hooked")  # traced again: the trace refuses the hook
-        found = self._cache.get(key)
+        found = self._cache.get(key) if not dynamic else self._guarded(key, leaves)
         if found is None:
             with self._lock:
-                found = self._cache.get(key) or self._compile_outside_inference_mode(args, kwargs, key)
+                found = (self._cache.get(key) if not dynamic else self._guarded(key, leaves)) or (
+                    self._compile_outside_inference_mode(args, kwargs, key, dynamic)
+                )
         entry, convention = found
         assert entry.runtime is not None
         tensors = list(leaves) if convention.only_tensors else [leaves[i] for i in convention.tensor_positions]
@@ -185,10 +195,64 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.runtime
         assert runtime is not None
-        outs = runtime(tensors)
+        if entry.dynamic_positions:
+            # Views the layers replay take this call's sizes where the trace had symbols.
+            outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
+        else:
+            outs = runtime(tensors)
         if convention.exit_grad_mode is not None:
             torch.set_grad_enabled(convention.exit_grad_mode)
         return convention.rebuild(outs)
+
+    def _dynamic_dims(
+        self, leaves: Sequence[Any], structure: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> dict[int, frozenset[int]]:
+        """Leaf position -> the dimensions traced as symbols (``meta.symbolic``); empty: static shapes.
+
+        ``dynamic=True``: every dimension of every tensor but the parameters and buffers;
+        ``dynamic_dims``: the named ones; and the ones ``torch._dynamo.mark_dynamic`` marked.
+        """
+        config = self.config
+        dims: dict[int, frozenset[int]] = {}
+        if config.dynamic:
+            static = config.num_params_buffers
+            for position, leaf in enumerate(leaves):
+                if isinstance(leaf, torch.Tensor) and position >= static and leaf.dim():
+                    dims[position] = frozenset(range(leaf.dim()))
+        elif config.dynamic_dims:
+            named = self._named_dims.get(structure)
+            if named is None:
+                named = self._named_dims[structure] = self._resolve_dims(args, kwargs, len(leaves))
+            dims.update(named)
+        for position, leaf in enumerate(leaves):
+            marked = getattr(leaf, "_dynamo_dynamic_indices", None)
+            if marked and isinstance(leaf, torch.Tensor):
+                dims[position] = dims.get(position, frozenset()) | frozenset(marked)
+        return dims
+
+    def _resolve_dims(self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> dict[int, frozenset[int]]:
+        names = self._names(args, kwargs)
+        resolved: dict[int, frozenset[int]] = {}
+        for name, dims in self.config.dynamic_dims:
+            if isinstance(name, int):
+                position = name if name >= 0 else count + name
+            elif name in names:
+                position = names.index(name)
+            else:
+                raise ValueError(f"dynamic_dims names input {name!r}, which the call does not have: {names}")
+            if not 0 <= position < count:
+                raise ValueError(f"dynamic_dims names input position {name}, the call has {count} inputs")
+            resolved[position] = resolved.get(position, frozenset()) | frozenset(dims)
+        return resolved
+
+    def _guarded(
+        self, key: Hashable, leaves: Sequence[Any]
+    ) -> tuple[CompiledEntry, _CallingConvention] | None:
+        """The first entry compiled under ``key`` whose guard the call's sizes satisfy."""
+        for guard, positions, entry, convention in self._dynamic_entries.get(key, ()):
+            if guard([leaves[p] for p in positions]):
+                return entry, convention
+        return None
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         names = _leaf_names(self.fn, args, kwargs)
@@ -238,6 +302,8 @@ class AOTFunction:
         tensors = [leaves[i] for i in positions]
         with refusing_hooks(self._module_name, self._called_modules):
             meta = collect_meta(flat_fn, tensors, [names[i] for i in positions])
+        if symbolic.current() is not None:
+            meta = symbolic.with_runtime_sizes(meta, tensors)
         self._adopt_modules(())
         if self.config.num_params_buffers:
             static = self.config.num_params_buffers
@@ -246,7 +312,11 @@ class AOTFunction:
         return Stage(flat_fn, tensors, meta), convention
 
     def _compile_outside_inference_mode(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: Hashable,
+        dynamic: Mapping[int, frozenset[int]] | None = None,
     ) -> tuple[CompiledEntry, _CallingConvention]:
         """Compile; under ``inference_mode``, trace with autograd off but outside it.
 
@@ -258,17 +328,23 @@ class AOTFunction:
         """
         with logs.silenced(not self.config.enable_log):
             if not torch.is_inference_mode_enabled():
-                return self._compile(args, kwargs, key)
+                return self._compile(args, kwargs, key, dynamic)
             token = CALLER_IN_INFERENCE_MODE.set(True)
             try:
                 with torch.inference_mode(False), torch.no_grad():
-                    return self._compile(args, kwargs, key)
+                    return self._compile(args, kwargs, key, dynamic)
             finally:
                 CALLER_IN_INFERENCE_MODE.reset(token)
 
     def _compile(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: Hashable,
+        dynamic: Mapping[int, frozenset[int]] | None = None,
     ) -> tuple[CompiledEntry, _CallingConvention]:
+        if dynamic:
+            return self._compile_symbolic(args, kwargs, key, dynamic)
         reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused
@@ -278,7 +354,12 @@ class AOTFunction:
         _check_call(self.fn, args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
         directory = self.config.cache_dir or os.environ.get(keys.ENV_DIR)
-        stored_key = entries.entry_key(self._program_key, key) if directory and self._program_key else None
+        # An entry with symbolic sizes is not stored whole (its guard is not): its graphs are, by the graph cache.
+        stored_key = (
+            entries.entry_key(self._program_key, key)
+            if directory and self._program_key and symbolic.current() is None
+            else None
+        )
         loaded = entries.load(directory, stored_key) if directory and stored_key else None
 
         def build() -> tuple[CompiledEntry, _CallingConvention]:
@@ -317,8 +398,26 @@ class AOTFunction:
             if info.offset_sensitive
         )
         entry.extra["called_modules"] = tuple(self._called_modules)
-        self._cache[key] = (entry, convention)
-        keys.remember_trace(self.fn, self.config, key, (entry, convention))
+        if symbolic.current() is None:
+            self._cache[key] = (entry, convention)
+            keys.remember_trace(self.fn, self.config, key, (entry, convention))
+        return entry, convention
+
+    def _compile_symbolic(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, dynamic: Mapping[int, frozenset[int]]
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        """Compile with the ``dynamic`` dimensions as symbols; the entry serves every call its guard admits."""
+        leaves, _ = tree_flatten((args, kwargs))
+        inputs = symbolic.SymbolicInputs()
+        positions = sorted(dynamic)
+        for position in positions:
+            inputs.add(leaves[position], sorted(dynamic[position]))
+        with symbolic.symbolic_inputs(inputs):
+            entry, convention = self._compile(args, kwargs, key)
+            guard = symbolic.Guard(inputs)
+        entry.extra["guard"] = guard
+        entry.dynamic_positions = tuple(positions)
+        self._dynamic_entries.setdefault(key, []).append((guard, positions, entry, convention))
         return entry, convention
 
     def _restore(
@@ -373,9 +472,8 @@ def _make_config(
     enable_log: bool = True,
     activation_memory_budget: float | int | None = None,
     activation_policy: ActivationPolicy | None = None,
+    dynamic_dims: Mapping[Any, int | Sequence[int]] | None = None,
 ) -> AOTConfig:
-    if dynamic:
-        raise NotImplementedError("aotfx does not trace dynamic shapes yet: pass dynamic=False")
     if activation_memory_budget is not None:
         if partition_fn is not None:
             raise ValueError("pass partition_fn or activation_memory_budget, not both (the budget is a partitioner)")
@@ -397,6 +495,10 @@ def _make_config(
         keep_inference_input_mutations=keep_inference_input_mutations,
         cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         enable_log=enable_log,
+        dynamic=dynamic,
+        dynamic_dims=tuple(
+            (name, (dims,) if isinstance(dims, int) else tuple(dims)) for name, dims in (dynamic_dims or {}).items()
+        ),
     )
 
 
@@ -411,6 +513,7 @@ def aot_function(
     inference_compiler: Compiler | None = None,
     *,
     dynamic: bool = False,
+    dynamic_dims: Mapping[str | int, int | Sequence[int]] | None = None,
     enable_log: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     activation_memory_budget: float | int | None = None,
@@ -431,6 +534,12 @@ def aot_function(
             (``copy_`` into the input at its end, as torch's does, for a backend to fuse)
             where a plain copy reproduces eager; training graphs stay functional.
         inference_compiler: compiles the graph used when no gradient is needed.
+        dynamic: trace every dimension of every tensor input (but the ``num_params_buffers``
+            leading ones) as a symbol: one entry then serves every size its guards admit
+            (``meta.symbolic``). Sizes 0 and 1 are specialized, as torch does.
+        dynamic_dims: only these dimensions symbolic: input name (as the function names
+            it; nested leaves as ``inputs_0_key``) or flat tensor position -> dimension(s).
+            Dimensions marked with ``torch._dynamo.mark_dynamic`` are symbolic too.
         enable_log: False: compiling this function logs nothing on the ``aot.*`` channels.
         cache_dir: persistent compile cache (``aot.cache``) for warm starts in new
             processes; default ``$AOTFX_CACHE_DIR``, unset: in-process cache only.
@@ -460,6 +569,7 @@ def aot_function(
         enable_log,
         activation_memory_budget,
         activation_policy,
+        dynamic_dims,
     )
     return AOTFunction(fn, config)
 
@@ -641,21 +751,53 @@ def aot_module_simplified(
     the first real call, for that call's signature. With a persistent cache
     (``cache_dir``/``AOTFX_CACHE_DIR``), whole compiled entries are stored under the
     graph's canonical form, so a new process compiling the same graph skips tracing.
+    Dimensions symbolic in the example inputs are traced symbolic, and size arguments
+    are read from the tensors they are dimensions of (``aot.symbolic_sizes``).
     """
+    dropped: list[int] = []
+    examples = list(args)
+    if isinstance(mod, fx.GraphModule):
+        examples = symbolic_examples(mod, args)
+        mod, dropped = sizes_read_from_tensors(mod, examples)
+    kept_args = [example for position, example in enumerate(examples) if position not in dropped]
+    num_params = len(_named_tensors(mod))
+    dynamic_dims = {num_params + position: dims for position, dims in dynamic_dims_of(kept_args).items()}
     config = _make_config(
         fw_compiler,
         bw_compiler,
         partition_fn,
         decompositions,
-        len(_named_tensors(mod)),
+        num_params,
         keep_inference_input_mutations,
         inference_compiler,
         False,
         cache_dir,
         activation_memory_budget=activation_memory_budget,
         activation_policy=activation_policy,
+        dynamic_dims=dynamic_dims,
     )
     positions = scalar_inputs(mod) if isinstance(mod, fx.GraphModule) else []
+    if dropped:
+        # The graph reads these sizes from its tensors: the call's ints are not passed on.
+        return _without_args(_compiled_forward(mod, config, positions), dropped)
+    return _compiled_forward(mod, config, positions)
+
+
+def _without_args(forward: Callable[..., Any], dropped: list[int]) -> Callable[..., Any]:
+    drop = frozenset(dropped)
+
+    def without(*runtime_args: Any) -> Any:
+        return forward(*(arg for position, arg in enumerate(runtime_args) if position not in drop))
+
+    for name in ("compiled", "zero_grad", "named_parameters", "named_buffers"):
+        if hasattr(forward, name):
+            setattr(without, name, getattr(forward, name))
+    return without
+
+
+def _compiled_forward(mod: torch.nn.Module, config: AOTConfig, positions: list[int]) -> Callable[..., Any]:
+    """``aot_module_simplified`` once its size arguments are read from tensors: ``positions`` are
+    the scalars Dynamo passes as tensors (``aot.wrapped_scalars``)."""
     if not positions:
         compiled = _simplified(mod, config)
 

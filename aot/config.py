@@ -29,3 +29,7 @@ class AOTConfig:
     enable_log: bool = True
     # Persistent compile cache directory; None: AOTFX_CACHE_DIR, else in-process only.
     cache_dir: str | None = None
+    # Dynamic shapes (``meta.symbolic``): every dimension of every input but parameters and buffers ...
+    dynamic: bool = False
+    # ... or these: (input name or flat tensor position, its dimensions).
+    dynamic_dims: tuple[tuple[str | int, tuple[int, ...]], ...] = ()

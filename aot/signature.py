@@ -9,7 +9,7 @@ can share one compiled entry; any difference traces again.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,12 +39,21 @@ def constant_key(value: Any, name_of: Callable[[int], str], position: int) -> Ha
     return (type(value), value)
 
 
-def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callable[[int], str]) -> Hashable:
+def input_signature(
+    leaves: Sequence[Any],
+    structure: Hashable,
+    name_of: Callable[[int], str],
+    dynamic: Mapping[int, frozenset[int]] | None = None,
+) -> Hashable:
     """The signature of one call, from its flattened arguments and their tree structure.
 
     For tensors that share storage it adds which object each is (a repeat of an
     earlier argument or not), its storage offset and whether it is a view: what
     the dedupe and synthetic-base layers decide on.
+
+    ``dynamic`` (leaf position -> dimensions traced as symbols): those tensors enter
+    with their rank and dynamic dimensions only; their sizes, strides and offset are
+    what the entry's guard (``meta.symbolic.Guard``) checks.
     """
     parts: list[Hashable] = [structure, torch.is_grad_enabled(), torch.is_inference_mode_enabled()]
     first_in_storage: dict[int, int] = {}  # storage -> position of its first tensor
@@ -56,10 +65,11 @@ def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callabl
             if first != position:
                 shared.update((first, position))
             requires_grad = leaf.requires_grad
+            dims = dynamic.get(position) if dynamic else None
             parts.append(
                 (
-                    leaf.shape,
-                    leaf.stride(),
+                    leaf.shape if dims is None else ("dynamic", leaf.dim(), dims),
+                    leaf.stride() if dims is None else None,
                     leaf.dtype,
                     leaf.device,
                     requires_grad,

@@ -378,7 +378,9 @@ def check_module_sample(
     try:
         with _alarm(timeout), torch.set_grad_enabled(grad):
             stage[0] = "compile"
-            compiled = aot.aot_module(compiled_module, compiler)
+            # AOTFX_SWEEP_DYNAMIC=1 (``--dynamic``): every input dimension symbolic (the workers inherit it).
+            dynamic = os.environ.get("AOTFX_SWEEP_DYNAMIC") == "1"
+            compiled = aot.aot_module(compiled_module, compiler, dynamic=dynamic)
             for call, eager in enumerate(eager_results):
                 result = _call(compiled_module, compiled, sample, seed + 100 * call, True, stage)
                 stage[0] = "compare"
@@ -680,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--frozen-inputs", action="store_true", help="forward inputs do not require grad (only parameters do)"
     )
+    parser.add_argument(
+        "--dynamic", action="store_true", help="compile with dynamic=True: every input dimension symbolic"
+    )
     parser.add_argument("--json", default="", help="write per-sample results and the summary here")
     parser.add_argument("--summarize", default="", help="print the summary of an earlier --json file")
     args = parser.parse_args(argv)
@@ -689,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(summarize(earlier["results"]))
         return 0
     warnings.filterwarnings("ignore")
+    if args.dynamic:
+        os.environ["AOTFX_SWEEP_DYNAMIC"] = "1"
     every = [info.name for info in module_db()]
     names = [n.strip() for n in args.modules.split(",") if n.strip()] or every
     unknown = [n for n in names if n not in every]

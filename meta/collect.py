@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from meta import symbolic
 from meta.alias import written_positions
 from meta.errors import UnsupportedMutationError
 from meta.function_apply import functions_seen_by_modes
@@ -38,7 +39,7 @@ from meta.overlap import (
     is_overlap_error,
     order_dependent_read,
 )
-from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
+from meta.storage import fake_inputs, intersect, offset_of, storage_extent, storage_key, touch_interval
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners, history_taken_again
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -94,7 +95,7 @@ def saved_tensor_hooks_suspended() -> Iterator[None]:
 
 
 def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
+    return tuple(tensor.shape), tuple(tensor.stride()), offset_of(tensor)
 
 
 _aten = torch.ops.aten
@@ -745,7 +746,7 @@ def collect_meta(
         flat_args: real (or fake) tensors giving the input signature.
         names: a readable name per input, for errors and reports.
     """
-    fake_mode = fake_mode or FakeTensorMode()
+    fake_mode = fake_mode or symbolic.fake_mode()
     # FreshViews is a torch-function mode, which some library code sees (TransformerEncoder leaves its
     # fast path when one is active): only programs changing geometry in place run under it.
     for needs_fresh_views in (False, True):
@@ -1086,7 +1087,7 @@ def _from_final_geometry(
     if geometry is None or geometry == _geometry(root) or chain[0].from_geometry is not None:
         return chain
     size, stride, offset = geometry
-    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - int(root.storage_offset())))
+    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - offset_of(root)))
     return (first, *chain[1:])
 
 
@@ -1151,10 +1152,10 @@ def _input_info(
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     final_metadata = None
     if storage_set_to is not None:
-        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()))
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), offset_of(fake))
     elif metadata_writes:
         # Relative to the input's own offset: a later call may pass it at another offset.
-        final_metadata = (tuple(fake.shape), tuple(fake.stride()), int(fake.storage_offset()) - initial_geometry[2])
+        final_metadata = (tuple(fake.shape), tuple(fake.stride()), offset_of(fake) - initial_geometry[2])
     # An autograd.Function that wrote the input and marked it dirty: its forward ran under no_grad, yet
     # eager records the write (the history of the input, or of its base, is now the Function's backward).
     marked_dirty = bool(data_writes) and history_rewritten
@@ -1215,7 +1216,7 @@ def _from_moved_geometry(
     """``chain`` of a view of a moved input, its first step from the geometry the input had then, with the
     offset relative to the input's final one (the caller's tensor is moved before the view is taken again)."""
     size, stride, offset = geometry if geometry is not None else initial
-    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - int(root.storage_offset())))
+    first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - offset_of(root)))
     return (first, *chain[1:])
 
 

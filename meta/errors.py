@@ -11,6 +11,7 @@ __all__ = [
     "BackendCompilerError",
     "DataDependentError",
     "DoubleBackwardError",
+    "DynamicShapesUnsupportedError",
     "FakeKernelError",
     "UnsupportedHookError",
     "UnsupportedInputError",
@@ -25,6 +26,17 @@ class AOTError(Exception):
 
 class UnsupportedMutationError(AOTError, NotImplementedError):
     """The function mutates an input in a way the layer stack does not handle yet."""
+
+
+class DynamicShapesUnsupportedError(AOTError, NotImplementedError):
+    """A feature aotfx does not handle yet with symbolic sizes; compile with static shapes instead."""
+
+    def __init__(self, feature: str) -> None:
+        super().__init__(
+            f"dynamic shapes: {feature}. aotfx does not handle this with symbolic sizes yet: compile this "
+            "function with static shapes (dynamic=False, no dynamic_dims, no mark_dynamic)"
+        )
+        self.feature = feature
 
 
 class DoubleBackwardError(AOTError, RuntimeError):

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from meta.errors import DynamicShapesUnsupportedError
+from meta.symbolic import current, symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "fake_input",
     "fake_inputs",
     "intersect",
+    "offset_of",
     "one_index_per_element",
     "overlaps",
     "storage_extent",
@@ -49,9 +52,17 @@ def storage_numel(tensor: torch.Tensor) -> int:
     return int(tensor.untyped_storage().nbytes()) // tensor.element_size()
 
 
+def offset_of(tensor: torch.Tensor) -> int:
+    """The storage offset: an int, or a SymInt (which acts as one) on a fake with symbolic sizes.
+
+    Never ``int()`` of it: that would specialize the sizes it is computed from.
+    """
+    return tensor.storage_offset()  # type: ignore[return-value]
+
+
 def storage_extent(tensor: torch.Tensor) -> Extent:
     """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
-    start = int(tensor.storage_offset())
+    start = offset_of(tensor)
     if tensor.numel() == 0:
         return start, start
     return start, start + 1 + sum(
@@ -106,10 +117,10 @@ def _on_storage(
     ``counter_of``'s version counter if given (as a ``detach()`` does), where the dtypes agree."""
     if counter_of is None or counter_of.dtype != like.dtype:
         empty = torch.empty(0, dtype=like.dtype, device=like.device)
-        return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+        return empty.set_(storage, like.storage_offset(), like.shape, like.stride())
     alias = counter_of.detach()
     with uncounted(alias), torch.no_grad():
-        alias.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+        alias.set_(storage, like.storage_offset(), like.shape, like.stride())
     return alias
 
 
@@ -118,7 +129,11 @@ def _fake_root(
 ) -> torch.Tensor:
     """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness; sharing
     ``counter_of``'s version counter if given."""
-    fake = _on_storage(storage, root, counter_of)
+    return _with_autograd_state(_on_storage(storage, root, counter_of), root)
+
+
+def _with_autograd_state(fake: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    """``fake`` (a plain tensor) with ``root``'s ``requires_grad`` and leafness."""
     if not root.requires_grad:
         return fake
     if root.is_leaf:
@@ -141,6 +156,7 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
+    _refuse_symbolic_aliases(tensors)
     # Eager's views of one base and detach() aliases of them share one version counter: so do the fakes.
     # Each real a fake root is made for, by its counter's group; each group's first fake root.
     candidates = [t for t in tensors if t.layout == torch.strided] if not independent else []
@@ -158,6 +174,11 @@ def fake_inputs(
     with fake_mode:
         for tensor in tensors:
             if id(tensor) in fakes:
+                continue
+            geometry = symbolic_geometry(tensor)
+            if geometry is not None:
+                # A storage of its own: the size of a storage it may share is not the caller's to vary.
+                fakes[id(tensor)] = _with_autograd_state(symbolic_fake(tensor, geometry), tensor)
                 continue
             if tensor.layout != torch.strided:
                 fakes[id(tensor)] = _plain_fake(tensor)
@@ -185,12 +206,23 @@ def fake_inputs(
     return [fakes[id(tensor)] for tensor in tensors]
 
 
+def _refuse_symbolic_aliases(tensors: Sequence[torch.Tensor]) -> None:
+    """An input of symbolic size that is a view of a tensor requiring grad: autograd's view rules
+    need its base, whose geometry is not symbolic. (Inputs sharing memory get storages of their own:
+    ``meta.symbolic.with_runtime_sizes`` refuses them where one is written.)"""
+    if current() is None:
+        return
+    for tensor in tensors:
+        if symbolic_geometry(tensor) is not None and tensor._base is not None and tensor.requires_grad:
+            raise DynamicShapesUnsupportedError("an input of symbolic size that is a view of a tensor requiring grad")
+
+
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
     """A view of ``root`` with ``view``'s geometry, made as eager made ``view`` (under no_grad, as one
     output of several ...): autograd then refuses on the fake what it refuses on the real view."""
     creation = torch._C._autograd._get_creation_meta(view)
     with torch.set_grad_enabled(creation != torch._C._autograd.CreationMeta.NO_GRAD_MODE):
-        fake = root.as_strided(view.shape, view.stride(), int(view.storage_offset()))
+        fake = root.as_strided(view.shape, view.stride(), view.storage_offset())
     if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE and fake.requires_grad:
         torch._C._autograd._set_creation_meta(fake, creation)
     return fake

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from meta.indices import IntermediateBase, UserArg, UserOut
+from meta.symbolic import resolve_sizes
 
 __all__ = [
     "ComputedAlias",
@@ -68,13 +69,18 @@ class ViewStep:
     in_place: bool = False
     # The function called ``requires_grad_()`` on the view the step made (a leaf then): so does the replay.
     requires_grad_set: bool = False
+    # Some arguments are sizes of the call (``meta.symbolic.RuntimeSize``), traced symbolic.
+    runtime_sizes: bool = False
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
+        args, kwargs = self.args, dict(self.kwargs)
+        if self.runtime_sizes:
+            args, kwargs = resolve_sizes(args), {k: resolve_sizes(v) for k, v in kwargs.items()}
         with torch.set_grad_enabled(self.grad_enabled):
             if self.from_geometry is not None:
                 size, stride, relative_offset = self.from_geometry
                 tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
-            out = self.op(tensor, *self.args, **dict(self.kwargs))
+            out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and tensor._base is None and not result.requires_grad:
             with torch.no_grad():

@@ -29,7 +29,7 @@ from meta.overlap import (
     element_offsets,
     same_data,
 )
-from meta.storage import overlaps
+from meta.storage import offset_of, overlaps
 
 __all__ = ["refuse_order_dependent_writes", "refuse_self_overlapping_writes"]
 
@@ -87,7 +87,7 @@ def refuse_order_dependent_writes(func: Any, args: Any, kwargs: dict[str, Any]) 
 
 
 def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
+    return tuple(tensor.shape), tuple(tensor.stride()), offset_of(tensor)
 
 
 def _may_overlap_itself(tensor: torch.Tensor) -> bool:

@@ -4,7 +4,8 @@ Every graph aotfx hands a backend goes through :func:`compile`. It computes the
 graph's *canonical form* -- a deterministic text equal for structurally equal
 graphs (positional value names, no stack traces or user names, constants by
 metadata and content hash, placeholder shapes/strides/dtypes/devices/
-``requires_grad``, op overloads) followed by the *key context* (decompositions,
+``requires_grad``, shape symbols named by first appearance with their ranges,
+op overloads) followed by the *key context* (decompositions,
 partitioner, the compiler's identity and config, torch/aotfx/Python versions)
 -- hashes it with sha256, and reuses the compiled callable of an earlier graph
 with the same key. Twelve identical transformer blocks, or the cells of an
@@ -12,7 +13,7 @@ unrolled loop, thus cost one backend compile.
 
 Two graphs that differ in anything that changes the compiled result never share
 a key; a graph whose canonical form cannot be written without guessing (a
-symbolic shape, a fake constant, an unknown argument type) is compiled without
+fake constant, an unknown argument type) is compiled without
 the cache rather than risking a wrong hit.
 
 A compiler's identity is its declared ``cache_key`` (a string, or a callable
@@ -248,17 +249,43 @@ def _target_text(target: Any) -> str:
     raise Uncacheable(f"call target {target!r} has no stable name")
 
 
-def _placeholder_text(node: fx.Node) -> str:
+class _Symbols:
+    """Names the shape symbols of one graph by where they first appear (``c0``, ``c1`` ...), so that graphs
+    equal up to their symbols have one text, whatever the ShapeEnv called them, in any process."""
+
+    def __init__(self) -> None:
+        self.names: dict[Any, Any] = {}  # sympy symbol -> its canonical symbol
+        self.ranges: list[str] = []
+
+    def text(self, value: Any) -> str:
+        if not isinstance(value, torch.SymInt):
+            return str(int(value))
+        import sympy
+
+        node = value.node
+        expr = node.expr
+        for symbol in sorted(expr.free_symbols - self.names.keys(), key=str):
+            canonical = self.names[symbol] = sympy.Symbol(f"c{len(self.names)}", integer=True)
+            # What the backend may assume of the symbol: its value range.
+            bounds = node.shape_env.var_to_range.get(symbol)
+            self.ranges.append(f"{canonical}[{bounds.lower}, {bounds.upper}]" if bounds is not None else f"{canonical}")
+        return str(expr.xreplace(self.names))
+
+    def sizes(self, values: Any) -> str:
+        return "(" + ", ".join(self.text(v) for v in values) + ")"
+
+
+def _placeholder_text(node: fx.Node, symbols: _Symbols) -> str:
     if "val" not in node.meta:
         raise Uncacheable(f"input {node.name} has no example value")
     val = node.meta["val"]
     if isinstance(val, torch.Tensor):
-        if any(not isinstance(s, int) for s in (*val.shape, *val.stride(), val.storage_offset())):
-            raise Uncacheable("symbolic shapes")
         return (
-            f"input({tuple(val.shape)}, {tuple(val.stride())}, off={val.storage_offset()}, {val.dtype}, "
-            f"{val.device}, rg={val.requires_grad})"
+            f"input({symbols.sizes(val.shape)}, {symbols.sizes(val.stride())}, "
+            f"off={symbols.text(val.storage_offset())}, {val.dtype}, {val.device}, rg={val.requires_grad})"
         )
+    if isinstance(val, torch.SymInt):
+        return f"input(sym {symbols.text(val)})"
     if val is None or isinstance(val, bool | int | float):
         # Non-tensor inputs are specialized by value where the graph was traced with one.
         return f"input({_arg_text(val, {})})"
@@ -278,11 +305,12 @@ def canonical_graph(gm: fx.GraphModule) -> str:
     Raises ``Uncacheable`` when some part of the graph has no exact canonical text.
     """
     names: dict[fx.Node, str] = {}
+    symbols = _Symbols()
     lines = [f"codegen {type(gm.graph._codegen).__qualname__}"]
     for position, node in enumerate(gm.graph.nodes):
         name = f"%{position}"
         if node.op == "placeholder":
-            text = _placeholder_text(node)
+            text = _placeholder_text(node, symbols)
         elif node.op == "get_attr":
             value = _attr(gm, str(node.target))
             if isinstance(value, torch.Tensor):
@@ -302,6 +330,8 @@ def canonical_graph(gm: fx.GraphModule) -> str:
             raise Uncacheable(f"node op {node.op}")
         names[node] = name
         lines.append(f"{name} = {text}")
+    if symbols.ranges:
+        lines.append("symbols " + " ".join(symbols.ranges))
     return "\n".join(lines)
 
 

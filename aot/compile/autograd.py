@@ -185,7 +185,10 @@ def make_training_runtime(
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
-            ctx.save_for_backward(*_saveable(saved))
+            saved = _saveable(saved)
+            # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
+            ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor | None)]
+            ctx.save_for_backward(*(v for v in saved if isinstance(v, torch.Tensor | None)))
             if higher_order is not None:
                 # Held, not saved: the first-order backward does not read them, so it checks no versions.
                 ctx.held = _hold(args, higher_order)
@@ -201,7 +204,9 @@ def make_training_runtime(
             tangents = [
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
-            saved = ctx.saved_tensors
+            saved = list(ctx.saved_tensors)
+            for position, size in ctx.saved_sizes:
+                saved.insert(position, size)
             args = [*saved, *tangents]
             refused: RuntimeError | None = None
             if (

@@ -54,6 +54,8 @@ class CompiledEntry:
     # (flat tensor position, storage offset) the entry is specialized on: its program reads
     # storage at absolute offsets there.
     offset_guard: tuple[tuple[int, int], ...] = ()
+    # Leaf positions of the inputs traced with symbolic sizes (``meta.symbolic``), in the guard's order.
+    dynamic_positions: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -33,7 +33,7 @@ from aot.errors import (
     UnsupportedOperatorError,
 )
 
-__all__ = ["backend_errors", "trace_errors", "user_line"]
+__all__ = ["backend_errors", "has_symbolic_sizes", "trace_errors", "user_line"]
 
 _PACKAGE_DIRS = tuple(
     os.path.dirname(os.path.abspath(module.__file__ or ""))
@@ -178,16 +178,43 @@ def _written_for_reproduction(kind: str, gm: fx.GraphModule) -> str:
 def backend_errors(kind: str, compiler: Any, gm: fx.GraphModule) -> contextlib.AbstractContextManager[None]:
     """Around a backend compile: its exception becomes a ``BackendCompilerError`` naming backend and graph."""
 
+    name = getattr(compiler, "__qualname__", None) or type(compiler).__qualname__
+    symbolic = has_symbolic_sizes(gm)
+    if symbolic and getattr(compiler, "supports_dynamic_shapes", True) is False:
+        raise BackendCompilerError(
+            f"backend compiler {name!r} cannot compile graphs with symbolic sizes (it declares "
+            f"supports_dynamic_shapes = False), and the {kind} graph has them: compile with static shapes "
+            "(dynamic=False, no dynamic_dims or mark_dynamic; under torch.compile, dynamic=False)"
+        )
+
     @contextlib.contextmanager
     def guard() -> Iterator[None]:
         try:
             yield
         except Exception as error:
-            name = getattr(compiler, "__qualname__", None) or type(compiler).__qualname__
             path = _written_for_reproduction(kind, gm)
+            hint = (
+                "\nThe graph has symbolic sizes (dynamic shapes), which this backend may not support: "
+                "compile with static shapes to tell."
+                if symbolic
+                else ""
+            )
             raise BackendCompilerError(
                 f"backend compiler {name!r} raised {type(error).__name__} on the {kind} graph: {error}\n"
-                f"The graph's code is in {path}."
+                f"The graph's code is in {path}.{hint}"
             ) from error
 
     return guard()
+
+
+def has_symbolic_sizes(gm: fx.GraphModule) -> bool:
+    """Whether a graph takes a symbolic size, or a tensor of symbolic geometry."""
+    for node in gm.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            return True
+        if isinstance(val, torch.Tensor) and any(
+            isinstance(v, torch.SymInt) for v in (*val.shape, *val.stride(), val.storage_offset())
+        ):
+            return True
+    return False

@@ -47,6 +47,7 @@ from torch._ops import OpOverload
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
 from meta.storage import expanded_dims, storage_extent
 
@@ -259,7 +260,7 @@ def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
     vals = [node.meta.get("val") for node in graph.nodes]
     modes = {id(val.fake_mode): val.fake_mode for val in vals if isinstance(val, FakeTensor)}
     # make_fx on real tensors gives each value a fake mode of its own: new nodes then get one more.
-    return next(iter(modes.values())) if len(modes) == 1 else FakeTensorMode()
+    return next(iter(modes.values())) if len(modes) == 1 else symbolic.fake_mode()
 
 
 def _refake(mode: FakeTensorMode, val: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from aot.compile.functionalize import functionalize
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
+from meta import symbolic
 from meta.alias import AliasAnalysis, written_positions
 from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
@@ -186,7 +187,7 @@ def _trace_joint_once(
     regenerated: RegeneratedViews | None,
 ) -> tuple[fx.GraphModule, list[torch.Tensor], list[torch.Tensor], _BackwardWrites]:
     """The joint graph as make_fx records it (not yet functional), on fresh fakes of the inputs."""
-    fake_mode = FakeTensorMode()
+    fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
     tangent_outs = meta.traced_tangents
     tangents = [fake_tangent(fake_mode, meta.output_info[out]) for out in tangent_outs]
@@ -322,7 +323,7 @@ def trace_inference(
     function, or an op that decomposes by grad mode, is traced as eager executes it.
     The graph itself runs without autograd.
     """
-    fake_mode = FakeTensorMode()
+    fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
 
     flat_fn = _autocast_cache_as_eager(flat_fn)

@@ -1,0 +1,337 @@
+"""Dynamic shapes: the inputs' chosen dimensions as symbols of one ``ShapeEnv`` per compile.
+
+While an entry compiles, :func:`symbolic_inputs` makes the chosen dimensions of the
+caller's tensors symbols; every fake made of those tensors then (meta collection,
+each trace) has the same symbolic sizes, strides and storage offset, so the traced
+graphs hold symbols where the caller's sizes may vary. What the trace relied on
+about them (a broadcast, ``x.shape[0] == y.shape[0]``, a size read as a Python
+int) is recorded by the ShapeEnv as guards; :class:`Guard` turns them into one
+Python expression checked on every call before the entry is reused.
+
+As torch does, a dimension of size 0 or 1 is never made a symbol: it is specialized
+(its guard requires that size), since programs branch on it (broadcasting, empty
+tensors) far more often than on other sizes. Duck shaping too, as torch: dimensions
+of equal size when the entry compiles are one symbol, guarded equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import GuardSource, Source
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from meta.errors import DynamicShapesUnsupportedError
+
+__all__ = [
+    "Guard",
+    "RuntimeSize",
+    "SymbolicInputs",
+    "current",
+    "fake_mode",
+    "resolve_sizes",
+    "run_with_sizes",
+    "symbolic_fake",
+    "symbolic_geometry",
+    "symbolic_inputs",
+    "with_runtime_sizes",
+]
+
+# (sizes, strides, storage offset) of a fake, each an int or a SymInt.
+Geometry = tuple[tuple[Any, ...], tuple[Any, ...], Any]
+
+
+@dataclass(frozen=True)
+class _ArgSource(Source):
+    """The ``index``-th dynamic tensor of a call: the name its symbols are reported under."""
+
+    index: int
+
+    @property
+    def _name_template(self) -> str:
+        return f"L['t{self.index}']"
+
+    @property
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+
+@dataclass
+class SymbolicInputs:
+    """The shape environment of one compile and the symbolic geometry of each dynamic input."""
+
+    # Data-dependent sizes (``nonzero``, ``.item()``) stay refused with aotfx's DataDependentError, as on
+    # static shapes: unbacked symbols would need runtime asserts, which the graphs do not carry yet.
+    shape_env: ShapeEnv = field(
+        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    )
+    # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
+    geometry: dict[int, Geometry] = field(default_factory=dict)
+    tensors: list[torch.Tensor] = field(default_factory=list)
+    # symbol -> where a call's value of it is read: ``t0.size(1)`` (``tI`` the I-th dynamic input).
+    bindings: dict[Any, str] = field(default_factory=dict)
+
+    def add(self, tensor: torch.Tensor, dims: Sequence[int]) -> None:
+        """Make ``dims`` of ``tensor`` symbols (sizes 0 and 1 stay constants, as torch specializes them)."""
+        if tensor.layout != torch.strided or tensor.is_sparse:
+            raise DynamicShapesUnsupportedError(f"dynamic shapes of a {tensor.layout} tensor")
+        dims = [d % tensor.dim() for d in dims] if tensor.dim() else []
+        dynamic = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
+        context: StatelessSymbolicContext[Any, Any] = StatelessSymbolicContext(dynamic_sizes=dynamic)
+        source = _ArgSource(len(self.tensors))
+        sizes, strides, offset = self.shape_env.create_symbolic_sizes_strides_storage_offset(
+            tensor, source, symbolic_context=context
+        )
+        self.geometry[id(tensor)] = (tuple(sizes), tuple(strides), offset)
+        name = f"t{len(self.tensors)}"
+        for reads, values in ((f"{name}.size", sizes), (f"{name}.stride", strides)):
+            for dim, value in enumerate(values):
+                self._bind(value, f"{reads}({dim})")
+        self._bind(offset, f"{name}.storage_offset()")
+        self.tensors.append(tensor)
+
+    def _bind(self, value: Any, read: str) -> None:
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+            self.bindings.setdefault(value.node.expr, read)
+
+    def runtime_size(self, value: torch.SymInt) -> RuntimeSize:
+        """``value`` (a traced size) as a :class:`RuntimeSize` computed from each call's inputs."""
+        import sympy
+
+        expr = value.node.expr
+        unbound = [symbol for symbol in expr.free_symbols if symbol not in self.bindings]
+        if unbound:
+            raise DynamicShapesUnsupportedError(f"a size ({value}) that no input's size determines")
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        body = str(expr.xreplace({symbol: sympy.Symbol(self.bindings[symbol]) for symbol in expr.free_symbols}))
+        params = ", ".join(f"t{i}" for i in range(len(self.tensors)))
+        evaluate = eval(f"lambda {params}: int({body})", dict(SYMPY_INTERP))
+        return RuntimeSize(value, evaluate, body)
+
+    def fakes(self) -> list[torch.Tensor]:
+        """A fake per dynamic input, in order, with its symbolic geometry: what the guards are stated on."""
+        mode = FakeTensorMode(shape_env=self.shape_env)
+        with mode:
+            return [symbolic_fake(t, self.geometry[id(t)]) for t in self.tensors]
+
+
+_CURRENT: ContextVar[SymbolicInputs | None] = ContextVar("aotfx_symbolic_inputs", default=None)
+
+
+def current() -> SymbolicInputs | None:
+    """The symbolic inputs of the compile in progress, ``None`` when it is static."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def symbolic_inputs(inputs: SymbolicInputs | None) -> Iterator[None]:
+    """Compile with ``inputs``' dimensions symbolic (nothing changes for ``None``).
+
+    Symbolic sizes need the Python dispatcher: torch's meta functions and
+    decompositions for SymInts are registered there.
+    """
+    if inputs is None:
+        yield
+        return
+    token = _CURRENT.set(inputs)
+    try:
+        with enable_python_dispatcher():
+            yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def fake_mode() -> FakeTensorMode:
+    """A fresh fake mode, on the compile's shape environment when it is symbolic."""
+    inputs = current()
+    return FakeTensorMode(shape_env=inputs.shape_env if inputs is not None else None)
+
+
+def symbolic_geometry(tensor: torch.Tensor) -> Geometry | None:
+    """The symbolic geometry ``tensor``'s fakes take in this compile, ``None`` for a static one."""
+    inputs = current()
+    return None if inputs is None else inputs.geometry.get(id(tensor))
+
+
+def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """A fake with ``geometry`` on a storage of its own, just large enough (inside a fake mode)."""
+    sizes, strides, offset = geometry
+    extent = offset + 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+    storage = torch.empty(extent * tensor.element_size(), dtype=torch.uint8, device=tensor.device)
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        storage.untyped_storage(), offset, sizes, strides
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class RuntimeSize:
+    """A view op's argument traced as a symbolic size: the traced SymInt while tracing, and in a
+    compiled call the call's value, computed from its dynamic inputs (``run_with_sizes``)."""
+
+    traced: torch.SymInt
+    evaluate: Callable[..., int]
+    text: str
+
+    def value(self) -> Any:
+        inputs = _CALL.get()
+        return self.traced if inputs is None else self.evaluate(*inputs)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_CALL: ContextVar[Sequence[torch.Tensor] | None] = ContextVar("aotfx_call_sizes", default=None)
+
+
+def run_with_sizes(inputs: Sequence[torch.Tensor], run: Callable[[Any], Any], args: Any) -> Any:
+    r"""``run(args)``: a compiled call, whose dynamic inputs (in the entry's order) give the values of
+    ``RuntimeSize``\ s meanwhile. (No context manager: this is on every call's path.)"""
+    token = _CALL.set(inputs)
+    try:
+        return run(args)
+    finally:
+        _CALL.reset(token)
+
+
+def resolve_sizes(value: Any) -> Any:
+    """``value`` (a view op's arguments) with each ``RuntimeSize`` replaced by its value now."""
+    if isinstance(value, RuntimeSize):
+        return value.value()
+    if isinstance(value, tuple | list):
+        return type(value)(resolve_sizes(v) for v in value)
+    return value
+
+
+def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
+    r"""``meta`` (collected on symbolic fakes) ready for the layers to replay on the caller's tensors.
+
+    The layers apply parts of it to real tensors: an input's final geometry after a
+    metadata mutation, the view ops rebuilding an output that aliases an input or an
+    intermediate. Symbolic view arguments become ``RuntimeSize``\ s; the rest is refused.
+    (Specs, which only shape the fake tangents of a trace, may hold symbols.)
+    """
+    inputs = current()
+    assert inputs is not None
+    _refuse_writes_into_shared_memory(meta, tensors, inputs)
+    for info in meta.input_info:
+        if info.mutates_metadata:
+            raise DynamicShapesUnsupportedError(
+                f"input '{info.name}' changes its geometry in place (t_, unsqueeze_, resize_, set_ ...): the "
+                "metadata-mutation layer replays the final geometry"
+            )
+
+    def chain(steps: tuple[Any, ...], position: int) -> tuple[Any, ...]:
+        rewritten = []
+        for step in steps:
+            if _has_symbol(step.from_geometry):
+                raise DynamicShapesUnsupportedError(f"output {position} is a view of an input whose geometry changed")
+            if _has_symbol((step.args, step.kwargs)):
+                step = dataclasses.replace(
+                    step,
+                    args=_runtime(step.args, inputs),
+                    kwargs=tuple((k, _runtime(v, inputs)) for k, v in step.kwargs),
+                    runtime_sizes=True,
+                )
+            rewritten.append(step)
+        return tuple(rewritten)
+
+    outputs = []
+    for position, out in enumerate(meta.output_info):
+        alias = out.computed_alias
+        if alias is not None:
+            alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain, position))
+        outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain, position), computed_alias=alias))
+    return dataclasses.replace(meta, output_info=tuple(outputs))
+
+
+def _refuse_writes_into_shared_memory(meta: Any, tensors: Sequence[torch.Tensor], inputs: SymbolicInputs) -> None:
+    """Distinct inputs sharing memory, one of symbolic size, one written: refused (the synthetic-base
+    layer would regenerate them from their storage, whose geometry is not symbolic). Read only, they
+    were collected on storages of their own, which no read can tell from shared ones."""
+    groups: dict[int, dict[int, int]] = {}  # storage -> id(tensor) -> position
+    for position, tensor in enumerate(tensors):
+        if tensor.layout == torch.strided:
+            groups.setdefault(int(tensor.untyped_storage()._cdata), {}).setdefault(id(tensor), position)
+    for group in groups.values():
+        if len(group) < 2 or not any(id(t) in group for t in inputs.tensors):
+            continue
+        written = [meta.input_info[p].name for p in group.values() if meta.input_info[p].mutates_data]
+        if written or any(meta.input_info[p].mutates_metadata for p in group.values()):
+            raise DynamicShapesUnsupportedError(
+                f"inputs sharing memory, one of symbolic size, one written ({', '.join(written) or 'geometry'})"
+            )
+
+
+def _runtime(value: Any, inputs: SymbolicInputs) -> Any:
+    if isinstance(value, torch.SymInt):
+        return inputs.runtime_size(value) if value.node.expr.free_symbols else int(value)
+    if isinstance(value, torch.SymFloat | torch.SymBool):
+        raise DynamicShapesUnsupportedError(f"a view argument {value} of type {type(value).__name__}")
+    if isinstance(value, tuple | list):
+        return type(value)(_runtime(v, inputs) for v in value)
+    return value
+
+
+def _has_symbol(value: Any) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if isinstance(value, tuple | list):
+        return any(_has_symbol(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_symbol(v) for v in value.values())
+    return False
+
+
+_ARG = re.compile(r"L\['t(\d+)'\]")
+
+
+class Guard:
+    """The conditions an entry compiled on symbolic inputs holds under, as one compiled expression.
+
+    ``guard(tensors)`` (the dynamic inputs, in the order they were added) is True when
+    the entry computes eager's result for them. Every size, stride and offset the
+    trace saw is checked: the symbolic ones by the ShapeEnv's guards, the rest equal.
+    """
+
+    def __init__(self, inputs: SymbolicInputs) -> None:
+        # Fakes and the ShapeEnv only: the caller's tensors are not held.
+        self._fakes: list[Any] = inputs.fakes()
+        self._shape_env = inputs.shape_env
+        self._compile()
+
+    def _compile(self) -> None:
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        self._num_guards = len(self._shape_env.guards)
+        code = self._shape_env.produce_guards_expression(self._fakes, ignore_static=False) or "True"
+        self.code = code
+        count = len(self._fakes)
+        # The ShapeEnv's own guard code, on each input's size, strides and offset read once.
+        body = _ARG.sub(r"t\1", code)
+        for reads, local in ((".size()", "z"), (".stride()", "r"), (".storage_offset()", "o")):
+            body = re.sub(rf"t(\d+){re.escape(reads)}", rf"{local}\1", body)
+        lines = [f"def check({', '.join(f't{i}' for i in range(count))}):"]
+        lines += [f"    z{i}, r{i}, o{i} = t{i}.size(), t{i}.stride(), t{i}.storage_offset()" for i in range(count)]
+        lines.append(f"    return {body}")
+        namespace: dict[str, Any] = dict(SYMPY_INTERP)
+        exec("\n".join(lines), namespace)
+        self._check: Callable[..., bool] = namespace["check"]
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
+        if len(self._shape_env.guards) != self._num_guards:
+            # A backend compiling the backward lazily, after the guard was made, may have added guards.
+            self._compile()
+        return bool(self._check(*tensors))
+
+    def __repr__(self) -> str:
+        return f"Guard({self.code})"

@@ -1,0 +1,396 @@
+"""Dynamic shapes (issue 13): one compile serves every size its guards admit; eager is the oracle.
+
+Each test compiles once with some dimensions symbolic (``dynamic=True``, ``dynamic_dims=``,
+``torch._dynamo.mark_dynamic``, or Dynamo's own symbolic inputs under ``torch.compile``), then
+checks every size against eager with ``tests.oracle.check`` and counts backend compiles.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import aot
+from aot.cache import keys
+from aot.compile.min_cut import min_cut_rematerialization_partition
+from aot.errors import BackendCompilerError, DynamicShapesUnsupportedError
+from tests.oracle import check, functional_nop
+
+
+class Counting:
+    """A ``nop`` backend that counts the graphs it is handed."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        self.graphs.append(gm)
+        return functional_nop(gm, example_inputs)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).log_softmax(-1)
+
+
+class Attention(torch.nn.Module):
+    """A pre-norm causal self-attention block: batch and sequence length may vary."""
+
+    def __init__(self, width: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(width, dim=2)
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        attended = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        return x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+
+
+class LSTMHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(5, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def _check_module(module: torch.nn.Module, compiled: aot.AOTModule, make_input: Any, sizes: Any) -> None:
+    """Values and gradients (inputs' and parameters') equal eager's at every size."""
+    for size in sizes:
+        torch.manual_seed(hash(size) % 1000)
+        x = make_input(size)
+        expected = module(x)
+        expected.sum().backward()
+        expected_grads = [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+        module.zero_grad()
+        x.grad = None
+        out = compiled(x)
+        out.sum().backward()
+        grads = [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+        module.zero_grad()
+        torch.testing.assert_close(out, expected)
+        for grad, expected_grad in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(grad, expected_grad)
+
+
+def test_mlp_one_compile_for_batch_sizes_2_to_9() -> None:
+    torch.manual_seed(0)
+    module, backend = MLP(), Counting()
+    compiled = aot.aot_module(module, backend, dynamic=True)
+    _check_module(module, compiled, lambda b: torch.randn(b, 6, requires_grad=True), range(2, 10))
+    assert len(compiled.compiled.entries) == 1
+    assert len(backend.graphs) == 2  # one forward, one backward
+
+
+@pytest.mark.parametrize("partition_fn", [None, min_cut_rematerialization_partition], ids=["default", "min_cut"])
+def test_attention_batch_and_sequence_length_vary(partition_fn: Any) -> None:
+    torch.manual_seed(0)
+    module, backend = Attention(), Counting()
+    compiled = aot.aot_module(module, backend, partition_fn=partition_fn, dynamic=True)
+    sizes = [(2, 5), (3, 7), (2, 9), (4, 3), (3, 12)]
+    _check_module(module, compiled, lambda s: torch.randn(*s, 16, requires_grad=True), sizes)
+    assert len(compiled.compiled.entries) == 1
+    assert len(backend.graphs) == 2
+    forward, backward = compiled.compiled.entries[0].forward, compiled.compiled.entries[0].backward
+    assert forward is not None and backward is not None
+    # The sizes the backward needs are saved as symbolic ints (min-cut reads them again from saved tensors).
+    symbolic = [n for n in backward.graph.find_nodes(op="placeholder") if isinstance(n.meta["val"], torch.SymInt)]
+    assert symbolic or partition_fn is not None
+    assert backward.graph.find_nodes(op="call_function", target=torch.ops.aten.sym_size.int)
+
+
+def test_lstm_marked_batch_dimension() -> None:
+    torch.manual_seed(0)
+    module, backend = LSTMHead(), Counting()
+    compiled = aot.aot_module(module, backend)
+
+    def make_input(batch: int) -> torch.Tensor:
+        x = torch.randn(batch, 4, 5, requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 0)
+        return x
+
+    _check_module(module, compiled, make_input, range(2, 10))
+    assert len(compiled.compiled.entries) == 1
+    assert len(backend.graphs) == 2
+
+
+def test_ragged_last_batch() -> None:
+    # Slices of one dataset tensor: views at growing storage offsets, the last one shorter.
+    torch.manual_seed(0)
+    module, backend = MLP(), Counting()
+    compiled = aot.aot_module(module, backend, dynamic=True)
+    data = torch.randn(50, 6)
+
+    def batch(start: int) -> torch.Tensor:
+        return data[start : start + 16].detach().requires_grad_()
+
+    _check_module(module, compiled, batch, [0, 16, 32, 48])
+    # Offset 0 is specialized as sizes 0 and 1 are: the first batch has an entry of its own.
+    assert len(compiled.compiled.entries) == 2
+    assert len(backend.graphs) == 4
+
+
+def test_inference_graph_and_dynamic_dims_by_name() -> None:
+    def f(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return (x * scale).sum(-1) + x.shape[0]
+
+    backend = Counting()
+    compiled = aot.aot_function(f, backend, dynamic_dims={"x": 0})
+    with torch.no_grad():
+        for batch in (3, 5, 8):
+            check(f, (torch.randn(batch, 4), torch.randn(4)), compiled_fn=compiled, backward=False)
+    assert len(compiled.entries) == 1 and compiled.entries[0].inference is not None
+    # ``scale`` is static: a new size is a new entry.
+    with torch.no_grad():
+        check(f, (torch.randn(3, 6), torch.randn(6)), compiled_fn=compiled, backward=False)
+    assert len(compiled.entries) == 2
+
+
+def test_dynamic_dims_names_an_unknown_input() -> None:
+    compiled = aot.aot_function(lambda x: x * 2, functional_nop, dynamic_dims={"y": 0})
+    with pytest.raises(ValueError, match="'y'"):
+        compiled(torch.randn(3))
+
+
+def test_size_one_is_specialized_and_recompiles() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x + y).relu() * 2
+
+    compiled = aot.aot_function(f, Counting(), dynamic=True)
+    make = lambda b: (torch.randn(b, 3, requires_grad=True), torch.randn(b, 3, requires_grad=True))  # noqa: E731
+    for batch in (3, 4, 7):
+        check(f, make(batch), compiled_fn=compiled)
+    assert len(compiled.entries) == 1
+    check(f, make(1), compiled_fn=compiled)  # size 1 broadcasts: its own entry
+    assert len(compiled.entries) == 2
+    check(f, make(5), compiled_fn=compiled)
+    assert len(compiled.entries) == 2
+
+
+def test_guard_on_a_size_equality_the_trace_relied_on() -> None:
+    # Traced with equal sizes, x and y are one symbol (duck shaping, as torch): broadcasting y of
+    # size 1 over x, or sizes that differ, must not reuse that entry.
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y
+
+    compiled = aot.aot_function(f, Counting(), dynamic=True)
+    check(f, (torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)), compiled_fn=compiled)
+    check(f, (torch.randn(6, requires_grad=True), torch.randn(6, requires_grad=True)), compiled_fn=compiled)
+    assert len(compiled.entries) == 1
+    check(f, (torch.randn(6, 5, requires_grad=True), torch.randn(5, requires_grad=True)), compiled_fn=compiled)
+    assert len(compiled.entries) == 2
+
+
+def test_guard_on_a_branch_taken_on_a_size() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.shape[0] > 4 else x * 3
+
+    compiled = aot.aot_function(f, Counting(), dynamic=True)
+    for batch in (5, 6, 9):
+        check(f, (torch.randn(batch, requires_grad=True),), compiled_fn=compiled)
+    assert len(compiled.entries) == 1
+    check(f, (torch.randn(3, requires_grad=True),), compiled_fn=compiled)
+    assert len(compiled.entries) == 2
+
+
+def test_guard_check_cost() -> None:
+    compiled = aot.aot_function(lambda x, y: x @ y, functional_nop, dynamic=True)
+    x, y = torch.randn(8, 4), torch.randn(4, 3)
+    compiled(x, y)
+    guard = compiled.entries[0].extra["guard"]
+    runs = 2000
+    start = time.perf_counter()
+    for _ in range(runs):
+        assert guard([x, y])
+    micros = (time.perf_counter() - start) / runs * 1e6
+    print(f"guard check: {micros:.1f} us for two 2-d inputs")
+    assert micros < 500  # a few microseconds; loose for shared CI machines
+
+
+def test_symbolic_graphs_share_one_compile_and_key_symbols_by_position() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sin().sum(0)
+
+    backend = Counting()
+    first = aot.aot_function(f, backend, dynamic=True)
+    first(torch.randn(5, 3, requires_grad=True)).sum().backward()
+    # Another function object, traced at other sizes: its symbols have other names in another ShapeEnv.
+    second = aot.aot_function(lambda x: f(x), backend, dynamic=True)
+    second(torch.randn(7, 9, requires_grad=True)).sum().backward()
+    assert len(backend.graphs) == 2
+    entry = first.entries[0]
+    assert entry.forward is not None
+    text = keys.canonical_graph(entry.forward)
+    assert "input((c0, c1), (c1, 1)" in text and "symbols c0[2, int_oo] c1[2, int_oo]" in text
+
+
+def test_backend_without_dynamic_shapes_is_named() -> None:
+    def static_only(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return gm
+
+    static_only.supports_dynamic_shapes = False  # type: ignore[attr-defined]
+    compiled = aot.aot_function(lambda x: x.cos(), static_only, dynamic=True)
+    with pytest.raises(BackendCompilerError, match=r"static_only.*symbolic sizes"):
+        compiled(torch.randn(3, 4))
+    # With static shapes it compiles.
+    aot.aot_function(lambda x: x.cos(), static_only)(torch.randn(3, 4))
+
+
+def test_metadata_mutation_refused_with_inputs_untouched() -> None:
+    compiled = aot.aot_function(lambda x: x.t_(), functional_nop, dynamic=True)
+    x = torch.randn(3, 5)
+    before = x.clone()
+    with pytest.raises(DynamicShapesUnsupportedError, match="metadata-mutation layer"):
+        compiled(x)
+    assert x.shape == (3, 5) and torch.equal(x, before)
+    assert isinstance(DynamicShapesUnsupportedError("x"), NotImplementedError)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.view(x.shape[0] * 5),
+        lambda x: x.narrow(0, 0, x.shape[0] - 1),
+        lambda x: (x + 1).view(x.shape[0], 5, 1),
+        lambda x: (x * 2).split(x.shape[0] // 2),
+        lambda x: x.sum(1, keepdim=True).expand(x.shape[0], 3),
+        lambda x: (x.view(x.shape[0] * 5), (x * 3).view(-1, x.shape[0])),
+    ],
+    ids=["view_of_input", "narrow_of_input", "view_of_intermediate", "split_floordiv", "expand", "two"],
+)
+def test_views_taken_with_symbolic_sizes(fn: Any) -> None:
+    # The epilogue replays them with each call's sizes (``meta.symbolic.RuntimeSize``).
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    for batch in (4, 6, 8):  # even: split's number of chunks is guarded; 10 % 5 == 0 is guarded by view
+        check(fn, (torch.randn(batch, 5, requires_grad=True),), compiled_fn=compiled)
+    assert len(compiled.entries) == 1
+
+
+def test_inputs_sharing_memory_read_only_or_refused_when_written() -> None:
+    def read(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b
+
+    compiled = aot.aot_function(read, functional_nop, dynamic=True)
+    for length in (4, 6):
+        tokens = torch.randn(length + 1)
+        check(read, (tokens[:-1], tokens[1:]), compiled_fn=compiled, backward=False)
+    assert len(compiled.entries) == 1
+    written = aot.aot_function(lambda a, b: a.add_(1) + b, functional_nop, dynamic=True)
+    base = torch.randn(8)
+    with pytest.raises(DynamicShapesUnsupportedError, match=r"sharing memory.*written"):
+        written(base[:4], base[4:])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.add_(1).sum(),
+        lambda x: x.mul_(2),
+        lambda x: x.view(-1),
+        lambda x: x[1:],
+        lambda x: (x * 2)[:, :1],
+        lambda x: x.sum(1, keepdim=True).expand(-1, 3),
+    ],
+    ids=["mutate", "mutate_return", "view_of_input", "slice_of_input", "view_of_intermediate", "expand"],
+)
+def test_mutation_and_aliasing_across_sizes(fn: Any) -> None:
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    for batch in (3, 4, 6):
+        check(fn, (torch.randn(batch, 5),), compiled_fn=compiled, backward=False)
+    assert len(compiled.entries) == 1
+
+
+@pytest.mark.parametrize("model", ["mlp", "attention"])
+def test_torch_compile_seven_sizes_compiles_as_aot_eager(model: str) -> None:
+    from torch._dynamo.backends.common import aot_autograd
+
+    from aot.dynamo import make_backend
+
+    counts = {"aotfx": 0, "aot_eager": 0}
+
+    def counter(name: str) -> Any:
+        def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            counts[name] += 1
+            return aot.backends.make_boxed_func(gm.forward)
+
+        return compiler
+
+    torch.manual_seed(0)
+    module: torch.nn.Module
+    if model == "mlp":
+        module, sizes, width = MLP(), [(2,), (3,), (4,), (5,), (6,), (7,), (9,)], 6
+    else:  # batch and sequence length vary
+        module, sizes, width = Attention(), [(2, 5), (3, 7), (2, 9), (4, 3), (3, 12), (5, 6), (2, 8)], 16
+    backends = {"aotfx": make_backend(counter("aotfx")), "aot_eager": aot_autograd(fw_compiler=counter("aot_eager"))}
+    for backend in backends.values():
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend=backend)
+        _check_module(module, compiled, lambda s: torch.randn(*s, width, requires_grad=True), sizes)
+    torch._dynamo.reset()
+    # One static pair for the first size, then one dynamic pair once Dynamo marks the batch dynamic.
+    assert counts["aotfx"] == counts["aot_eager"] == 4
+
+
+def test_inductor_compiles_symbolic_graphs() -> None:
+    from aot.backends import inductor, inductor_decompositions
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).relu().sum(1) * x.shape[0]
+
+    compiled = aot.aot_function(f, inductor, decompositions=inductor_decompositions(), dynamic_dims={"x": 0})
+    w = torch.randn(4, 3, requires_grad=True)
+    for batch in (3, 5, 9):
+        check(f, (torch.randn(batch, 4, requires_grad=True), w), compiled_fn=compiled, calls=1)
+    assert len(compiled.entries) == 1
+
+
+def _seeded(batch: int, make: Any) -> Any:
+    def factory() -> Any:
+        torch.manual_seed(batch)
+        return make(batch)
+
+    return factory
+
+
+def test_non_leaf_and_duplicated_inputs_and_inference_mode() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x * y).sum(0)
+
+    non_leaf = aot.aot_function(f, functional_nop, dynamic=True)
+    duplicated = aot.aot_function(f, functional_nop, dynamic=True)
+    for batch in (3, 4, 6):
+        make = _seeded(batch, lambda b: (torch.randn(b, 5, requires_grad=True) * 2, torch.randn(b, 5)))
+        check(f, make, compiled_fn=non_leaf)
+        same = _seeded(batch, lambda b: (lambda t: (t, t))(torch.randn(b, 5, requires_grad=True)))
+        check(f, same, compiled_fn=duplicated)
+    assert len(non_leaf.entries) == len(duplicated.entries) == 1
+    with torch.inference_mode():
+        flat = aot.aot_function(lambda x: x.view(x.shape[0] * 5) * 2, functional_nop, dynamic=True)
+        for batch in (3, 4, 6):
+            x = torch.randn(batch, 5)
+            torch.testing.assert_close(flat(x), x.view(-1) * 2)
+    assert len(flat.entries) == 1
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[x > 0] * 2, lambda x: x * 2 if x.sum() > 0 else x], ids=["mask", "item"])
+def test_data_dependent_sizes_refused_as_with_static_shapes(fn: Any) -> None:
+    from aot.errors import DataDependentError
+
+    with pytest.raises(DataDependentError, match="needs the values of a tensor"):
+        aot.aot_function(fn, functional_nop, dynamic=True)(torch.randn(3, 4))
