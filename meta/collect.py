@@ -38,7 +38,14 @@ from meta.overlap import (
     is_overlap_error,
     order_dependent_read,
 )
-from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
+from meta.storage import (
+    fake_inputs,
+    has_version_counter,
+    intersect,
+    storage_extent,
+    storage_key,
+    touch_interval,
+)
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -379,11 +386,15 @@ class _Node:
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records, below autograd, each view's parent, each write's target, and storage use."""
 
-    def __init__(self, alias_sources: Sequence[torch.Tensor] = (), inference_storages: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        alias_sources: Sequence[torch.Tensor] = (),
+        inference_inputs: dict[int, bool] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        # Storages of inference-tensor inputs used outside inference mode: eager refuses writes into them
-        # except through a detach()/.data alias itself.
-        self._inference_storages = inference_storages or set()
+        # The inputs that are inference tensors used outside inference mode, by id: whether the caller's
+        # tensor has a version counter (is a detach()/.data of one). Eager refuses writes into the others.
+        self._inference_inputs = inference_inputs or {}
         self.nodes: dict[int, _Node] = {}
         self.writes: list[_Write] = []
         self._keep: list[Any] = []
@@ -454,10 +465,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
                 return decomposed
+        if _resize_to_own_size(func, args, kwargs):
+            return args[0]  # eager's autograd neither bumps the version nor records a change: a no-op
         self.settle()
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
-        if self._inference_storages:
+        if self._inference_inputs:
             self._check_inference_write_as_eager(func, args, kwargs)
         with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
             resize_outs_as_eager(func, args, kwargs)
@@ -584,28 +597,47 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
 
     def _check_inference_write_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        """Eager's refusal of in-place ops on inference tensors outside inference mode (a tensor that is
-        itself a ``detach()`` or ``.data`` of one has a version counter and may be written)."""
+        """Eager's refusal of in-place ops on inference tensors outside inference mode: bumping the version
+        counter of one that has none raises."""
         for position in written_positions(func, args):
             value = dispatched_argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if not isinstance(tensor, torch.Tensor) or storage_key(tensor) not in self._inference_storages:
-                    continue
-                node = self.nodes.get(id(tensor))
-                if node is not None and node.tensor is not tensor:
-                    node = None
-                # A geometry changed in place (an out= resize ...) leaves the tensor what it was.
-                while node is not None and node.step is not None and node.step.in_place:
-                    node = node.parent
-                if node is None or node.step is None:  # no view: an input itself, or its detach()/.data
-                    detached = id(tensor) not in self._alias_sources
-                else:
-                    detached = node.step.op is _aten.detach.default
-                if not detached:
+                if isinstance(tensor, torch.Tensor) and not self._has_version_counter(tensor):
                     raise RuntimeError(
                         f"Inplace update to inference tensor outside InferenceMode is not allowed ({func})."
                         "You can make a clone to get a normal tensor before doing inplace update."
                     )
+
+    def _has_version_counter(self, tensor: torch.Tensor) -> bool:
+        """Whether eager's ``tensor`` has a version counter: a view of an inference tensor has none, a
+        ``detach()``/``.data`` of one has (a counter of its own), and set_() changes neither."""
+        node = self.nodes.get(id(tensor))
+        if node is None or node.tensor is not tensor:
+            # An input itself, or a tensor the function made (outside inference mode: a normal one).
+            return self._inference_inputs.get(id(tensor), True)
+        # A geometry changed in place (t_(), an out= resize ...) leaves the tensor what it was.
+        while node.step is not None and node.step.in_place:
+            assert node.parent is not None
+            node = node.parent
+        if node.step is None:
+            return self._inference_inputs.get(id(node.tensor), True)
+        return node.step.op is _aten.detach.default or not self._is_inference(node)
+
+    def refuse_requires_grad_on_inference(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Eager's refusal of ``requires_grad_()`` on an inference tensor outside inference mode: after the run,
+        an inference input (one that required no grad) or a view or ``detach()`` of one requiring grad had it."""
+        nodes = [*self.nodes.values(), *(_Node(t) for t in inputs if id(t) in self._inference_inputs)]
+        for node in nodes:
+            if node.tensor.requires_grad and self._is_inference(node):
+                raise RuntimeError(
+                    "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
+                )
+
+    def _is_inference(self, node: _Node) -> bool:
+        """Whether eager's tensor at ``node`` is an inference tensor: an inference input, or a view of one."""
+        while node.parent is not None:
+            node = node.parent
+        return id(node.tensor) in self._inference_inputs
 
     def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
@@ -676,6 +708,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return node.tensor
 
 
+def _resize_to_own_size(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """A ``resize_`` to the size the tensor has (no memory format to restride to): it changes nothing, and
+    autograd bumps the version only when the size changes."""
+    if func is not _aten.resize_.default or len(args) > 2 or kwargs.get("memory_format") is not None:
+        return False
+    return isinstance(args[0], torch.Tensor) and list(args[0].shape) == list(args[1])
+
+
 def _composite_implicit(func: Any) -> bool:
     """Whether ``func`` is made of other ops (``CompositeImplicitAutograd``), which autograd's kernel calls."""
     try:
@@ -738,9 +778,15 @@ def collect_meta(
             if isinstance(real, torch.Tensor) and real.is_inference()
         }
         in_inference_mode = CALLER_IN_INFERENCE_MODE.get()
-        # Outside inference mode eager refuses writes into inference tensors; inside, saving them for a backward.
-        written = set() if in_inference_mode else inference_storages
-        recorder = ViewRecorder(alias_sources=fakes, inference_storages=written)
+        # Outside inference mode eager refuses writes into inference tensors (and requires_grad on them);
+        # inside, saving them for a backward.
+        inference_inputs = {
+            id(fake): has_version_counter(real)
+            for fake, real in zip(fakes, flat_args, strict=True)
+            if isinstance(real, torch.Tensor) and real.is_inference() and not in_inference_mode
+            and not real.requires_grad
+        }
+        recorder = ViewRecorder(alias_sources=fakes, inference_inputs=inference_inputs)
         fresh_views = FreshViews(recorder.stands_for)
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
@@ -748,6 +794,7 @@ def collect_meta(
             with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
+            recorder.refuse_requires_grad_on_inference(fakes)
         except Exception as error:
             # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
             resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require" in str(error)

@@ -1,0 +1,136 @@
+"""Grad modes, inference tensors, autograd.Functions and out= as eager judges them (fuzz classes of
+``benchmarks/fuzz_findings.md``, seed 20): each case is run against eager with ``tests/oracle.py``
+``check`` in every caller mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.functions import DoublesInPlace
+from tests.oracle import check_in_mode, mode_params
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+def _inference(*shape: int) -> torch.Tensor:
+    with torch.inference_mode():
+        return _randn(*shape)
+
+
+# Inference tensors written outside inference mode (classes 5, 20, 29, 36-41, 50): eager raises exactly
+# where it bumps a version counter the tensor lacks. A view of an inference tensor has none; a detach() or
+# .data of one has its own; resize_ to the size it has bumps none; set_() moves memory, not counters.
+
+
+def _resize_to_own_size(a0):
+    a0.resize_(2)
+    return (a0 * 2,)
+
+
+def _strided_inference_column():
+    with torch.inference_mode():
+        return (_randn(2, 8)[:, 2],)
+
+
+def _function_doubles_detached_input(a0):
+    return (DoublesInPlace.apply(a0),)
+
+
+def _detached_inference_view():
+    return (_inference(24)[:12].view(3, 4).detach(),)
+
+
+def _inference_view():
+    return (_inference(24)[:12].view(3, 4),)
+
+
+def _write_through_view_of_detached(a0):
+    a0[1:].mul_(2)
+    return ()
+
+
+def _write_detach_of_view(a0):
+    a0[1:].detach().mul_(2)
+    return (a0 + 1,)
+
+
+def _index_put_(a0):
+    a0.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return ()
+
+
+def _unsqueeze_(a0):
+    a0.unsqueeze_(0)
+    return (a0,)
+
+
+def _squeeze_keeping_shape(a0):
+    a0.squeeze_()
+    return ()
+
+
+def _set_onto_inference_then_written(a0, a1):
+    # a1 keeps its own version counter in the inference tensor's memory: eager writes it.
+    with torch.no_grad():
+        a1.set_(a0.select(0, 0))
+    a1.t_()
+    a1.mul_(2)
+    return (a1,)
+
+
+def _inference_and_plain():
+    return (_inference(2, 3), _randn(3, 2))
+
+
+def _out_into_detach(a0):
+    torch.mul(a0, 2, out=a0.detach())
+    return (a0 + 0,)
+
+
+# requires_grad_() on an inference tensor outside inference mode raises in eager (class 40), on a view or
+# a detach() of one too.
+
+
+def _view_requires_grad_(a0):
+    v0 = a0[1:]
+    v0.requires_grad_()
+    return (v0.sum(),)
+
+
+def _detach_requires_grad_(a0):
+    return (a0.detach().requires_grad_() * 2,)
+
+
+def _input_requires_grad_(a0):
+    return (a0.requires_grad_() * 2,)
+
+
+CASES = {
+    "resize_to_own_size": (_resize_to_own_size, _strided_inference_column),
+    "function_doubles_detached_input": (_function_doubles_detached_input, _detached_inference_view),
+    "function_doubles_inference_view": (_function_doubles_detached_input, _inference_view),
+    "write_through_view_of_detached": (_write_through_view_of_detached, _detached_inference_view),
+    "write_detach_of_view": (_write_detach_of_view, _inference_view),
+    "index_put_detached": (_index_put_, _detached_inference_view),
+    "index_put_inference_view": (_index_put_, _inference_view),
+    "unsqueeze_detached": (_unsqueeze_, _detached_inference_view),
+    "unsqueeze_inference_view": (_unsqueeze_, _inference_view),
+    "squeeze_keeping_shape": (_squeeze_keeping_shape, _inference_view),
+    "set_onto_inference_then_written": (_set_onto_inference_then_written, _inference_and_plain),
+    "out_into_detach": (_out_into_detach, _inference_view),
+    "view_requires_grad_": (_view_requires_grad_, _inference_view),
+    "detach_requires_grad_": (_detach_requires_grad_, _detached_inference_view),
+    "input_requires_grad_": (_input_requires_grad_, _inference_view),
+}
+
+# Classes not fixed yet, strict so that a fix shows.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
+def test_mode_class(name: str, mode: str) -> None:
+    check_in_mode(*CASES[name], mode)
