@@ -783,7 +783,9 @@ def collect_meta(
         inference_inputs = {
             id(fake): has_version_counter(real)
             for fake, real in zip(fakes, flat_args, strict=True)
-            if isinstance(real, torch.Tensor) and real.is_inference() and not in_inference_mode
+            if isinstance(real, torch.Tensor)
+            and real.is_inference()
+            and not in_inference_mode
             and not real.requires_grad
         }
         recorder = ViewRecorder(alias_sources=fakes, inference_inputs=inference_inputs)
