@@ -149,6 +149,9 @@ _OWN_OBJECT_METHODS = frozenset(
     # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
     {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
     | {"untyped_storage", "size", "dim", "numel", "_is_view"}
+    # detach() records nothing: eager reads no history of its argument (a stale view's included), and a view
+    # without history needs no fresh stand-in.
+    | {"detach"}
 )
 
 

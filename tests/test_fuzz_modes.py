@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import DoublesInPlace
+from tests.functions import DoublesInPlace, TriplesGradOutput
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -109,7 +109,28 @@ def _input_requires_grad_(a0):
     return (a0.requires_grad_() * 2,)
 
 
+# Views made under no_grad (class 4): eager reads a view's history, and refuses a stale one, only in ops
+# autograd records; detach() records nothing.
+
+
+def _function_then_detach_restrided(a0):
+    v0 = TriplesGradOutput.apply(a0)
+    a0.detach().as_strided_((3,), (0,), 26)
+    with torch.enable_grad():
+        torch.sin(v0, out=a0.detach())
+        with torch.no_grad():
+            v2 = a0.diagonal()
+    return (v2,)
+
+
+def _view_of_leaf():
+    # Made in the caller's mode: under no_grad a view made there.
+    s0 = _randn(48).requires_grad_()
+    return (s0[24:48].view(2, 3, 4),)
+
+
 CASES = {
+    "function_then_detach_restrided": (_function_then_detach_restrided, _view_of_leaf),
     "resize_to_own_size": (_resize_to_own_size, _strided_inference_column),
     "function_doubles_detached_input": (_function_doubles_detached_input, _detached_inference_view),
     "function_doubles_inference_view": (_function_doubles_detached_input, _inference_view),

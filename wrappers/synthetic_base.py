@@ -125,7 +125,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
         # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
         source = requiring_grad[0]
     start, end = span
-    return source.as_strided((end - start,), (1,), start)
+    # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
+    # would refuse the history an enable_grad region of the function reads.
+    with torch.enable_grad():
+        return source.as_strided((end - start,), (1,), start)
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
@@ -191,6 +194,8 @@ class SyntheticBase:
             for m in cluster.members
         }
         flat_fn, num_args = outer.fn, len(args)
+        # Members the caller passed requiring no grad (a detach() of one that does): no history inside either.
+        untracked = {m for cluster in clusters for m in cluster.members if not meta.input_info[m].requires_grad}
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
             working: list[Any] = [None] * num_args
@@ -203,7 +208,8 @@ class SyntheticBase:
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
-                    working[m] = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    member = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    working[m] = member.detach() if m in untracked and member.requires_grad else member
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
