@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import DoublesInPlace, TriplesGradOutput
-from tests.oracle import check_in_mode, mode_params
+from tests.functions import DoublesInPlace, Identity, TriplesGradOutput, ViewOf
+from tests.oracle import check, check_in_mode, mode_params
 
 
 def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -129,7 +129,76 @@ def _view_of_leaf():
     return (s0[24:48].view(2, 3, 4),)
 
 
+# Inputs sharing memory, one written, that the caller passed requiring no grad (a detach() of one that
+# does): merged into one synthetic base, they get no history inside either. Else an out= op writing one
+# refused autodiff (classes 25, 45, 47, 58), or a Function's view of one was judged a view made inside a
+# Function (classes 31, 32, 49).
+
+
+def _mul_out_into_itself(a0, a1):
+    torch.mul(a1, 2, out=a1)
+    return ()
+
+
+def _overlapping_rows_second_detached():
+    s0 = _randn(26).requires_grad_() * 1
+    return (s0[7:19].view(3, 4), s0[14:26].view(3, 4).detach())
+
+
+def _neg_out_then_requires_grad_(a0, a1):
+    v0 = a0.clone()
+    torch.neg(v0, out=a1)
+    a1.requires_grad_()
+    a0.transpose_(0, -1)
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _overlapping_strided_plain():
+    s1 = _randn(24)
+    return (s1[1:13].view(3, 4)[:, ::2], s1[7:19].view(3, 4)[:, ::2])
+
+
+def _add_out_resizing_under_enable_grad(a0, a1, a2):
+    with torch.no_grad():
+        a1.data.t_()
+        with torch.enable_grad():
+            torch.add(a0, 1, out=a2)
+    return (a2, sum(t.real.sum() for t in (a0, a1, a2)))
+
+
+def _transposed_and_two_views():
+    s0, s1 = _randn(24), _randn(24).requires_grad_() * 1
+    return (s0[4:16].view(4, 3).t(), s1[1:4].expand(2, 3), s1[4:16].view(3, 4)[:, 1].detach())
+
+
+def _identity_then_index_add_(a0, a1):
+    v0 = Identity.apply(a1)
+    a1.index_add_(0, torch.tensor([0]), torch.ones_like(a1[:1]))
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _overlapping_slices_second_detached():
+    s0 = _randn(11).requires_grad_()
+    return (s0[3:8], s0[6:11].detach())
+
+
+def _view_of_then_zero_(a0, a1):
+    v0 = a1.transpose(0, -1)
+    v2 = ViewOf.apply(a1)
+    v0.zero_()
+    return (v0, sum(t.real.sum() for t in (a0, a1, v0, v2)))
+
+
+def _same_rows_one_made_leaf():
+    i0 = _randn(19)[0:12].view(3, 4)
+    return (i0.detach().requires_grad_()[...], i0)
+
+
 CASES = {
+    "mul_out_into_itself": (_mul_out_into_itself, _overlapping_rows_second_detached),
+    "add_out_resizing_under_enable_grad": (_add_out_resizing_under_enable_grad, _transposed_and_two_views),
+    "identity_then_index_add_": (_identity_then_index_add_, _overlapping_slices_second_detached),
+    "view_of_then_zero_": (_view_of_then_zero_, _same_rows_one_made_leaf),
     "function_then_detach_restrided": (_function_then_detach_restrided, _view_of_leaf),
     "resize_to_own_size": (_resize_to_own_size, _strided_inference_column),
     "function_doubles_detached_input": (_function_doubles_detached_input, _detached_inference_view),
@@ -155,3 +224,9 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
 def test_mode_class(name: str, mode: str) -> None:
     check_in_mode(*CASES[name], mode)
+
+
+def test_out_into_member_made_leaf_called_twice() -> None:
+    # Class 45: the second call of one compiled entry, whose members a requires_grad_() of the first call
+    # must not leave requiring grad.
+    check(_neg_out_then_requires_grad_, _overlapping_strided_plain, calls=2)
