@@ -195,6 +195,23 @@ def _reinterpreted(
     return torch.view_as_real(base).as_strided(size, stride, offset)
 
 
+class RequiresGradCalls(TorchFunctionMode):
+    """Records the tensors the function calls ``requires_grad_()`` on. Under the caller's inference mode a view
+    of an input requiring grad requires none until then; collection runs outside it, where such a view
+    requires grad already and the call changes nothing to see."""
+
+    def __init__(self, called: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self._called = called
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
+            if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
+                self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor
+        return func(*args, **kwargs)
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -427,6 +444,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
+        # Tensors (by id) the function called requires_grad_() on, seen under the caller's inference mode only.
+        self.made_require_grad: dict[int, torch.Tensor] = {}
         self._storage_owners = StorageOwners(alias_sources)
 
     def node(self, tensor: torch.Tensor) -> _Node:
@@ -677,7 +696,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         geometry = None
         while node.parent is not None:
             assert node.step is not None
-            steps.append(_with_requires_grad_set(node.step, node.tensor))
+            called = self.made_require_grad.get(id(node.tensor)) is node.tensor
+            steps.append(_with_requires_grad_set(node.step, node.tensor, called))
             geometry = node.parent_geometry
             node = node.parent
             if stop(node.tensor):
@@ -727,11 +747,16 @@ def _composite_implicit(func: Any) -> bool:
         return False
 
 
-def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
+def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = False) -> ViewStep:
     """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
     needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
-    requires it too, with a history or, taken under no_grad, none)."""
-    if step.in_place or not view.requires_grad or (view._base is not None and view._base.requires_grad):
+    requires it too, with a history or, taken under no_grad, none). Under the caller's inference mode a view
+    requires none whatever its base (``called``: the function's ``requires_grad_()`` on it, seen)."""
+    if step.in_place or not view.requires_grad:
+        return step
+    if called:
+        return dataclasses.replace(step, requires_grad_set=True)
+    if view._base is not None and view._base.requires_grad:
         return step
     if not _is_leaf(view):
         return step
@@ -795,8 +820,11 @@ def collect_meta(
         fresh_views = FreshViews(recorder.stands_for)
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
+        # (A torch-function mode changes some library code paths: only where an input requires grad.)
+        watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, fresh:
+            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
             recorder.refuse_requires_grad_on_inference(fakes)

@@ -196,7 +196,7 @@ def _strided_leaf():
 
 
 def _view_of_inference_leaf_requires_grad_(a0):
-    # Seed 5 class 7 (open): under inference_mode a view of an inference tensor requires no grad until the
+    # Seed 5 class 7: under inference_mode a view of an inference tensor requires no grad until the
     # function's requires_grad_() (traced on a normal stand-in of the input, whose view requires it already).
     v0 = a0.narrow(-1, 1, 1)
     v0.requires_grad_()
@@ -244,9 +244,6 @@ CASES = {
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("function_then_data_as_strided_", "training"): (
         "refused: the Function's backward writes its saved input, which the function also wrote"
-    ),
-    ("view_of_inference_leaf_requires_grad_", "inference_mode"): (
-        "output requires_grad False: the input's stand-in is no inference tensor (seed 5 class 7)"
     ),
     ("set_under_enable_grad_then_data_fill_", "no_grad"): "returned input requires_grad False (seed 5 class 8)",
 }
