@@ -1174,6 +1174,13 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
     return None
 
 
+def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether autograd sees a write through ``written`` in ``tensor``'s history: it is ``tensor`` or another
+    view of its base (not a tensor of its own that set_() put in the same memory, say)."""
+    root = tensor._base if tensor._base is not None else tensor
+    return written is tensor or written is root or written._base is root
+
+
 def _input_info(
     name: str,
     real: torch.Tensor,
@@ -1224,7 +1231,7 @@ def _input_info(
         mutations_hidden_from_autograd=not marked_dirty
         and any(w.grad_enabled for w in data_writes)
         and real.requires_grad
-        and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
+        and all(w.hidden_from_autograd or not w.grad_enabled or not _same_history(w.tensor, fake) for w in data_writes),
         written_through=bool(data_writes) and through,
         # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
         requires_grad_after=bool(data_writes) and fake.requires_grad and not (sets_requires_grad and _is_leaf(fake)),

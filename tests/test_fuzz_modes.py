@@ -194,7 +194,35 @@ def _same_rows_one_made_leaf():
     return (i0.detach().requires_grad_()[...], i0)
 
 
+# Leaves requiring grad that share memory with what eager writes (classes 28, 43): eager's write changes
+# their data without autograd seeing it; the write-back must not write in place through them.
+
+
+def _mul_by_leaf_of_same_memory(a0, a1):
+    a0.mul_(a1)
+    return ()
+
+
+def _transposed_and_its_data_made_leaf():
+    i2 = _randn(2, 3).t()
+    return (i2, i2.data.requires_grad_())
+
+
+def _set_onto_leaf_then_written(a0):
+    v1 = a0 @ a0.mT
+    with torch.enable_grad():
+        v1.set_(a0)
+    v1.add_(1)
+    return (a0, v1 + 0)
+
+
+def _square_leaf():
+    return (_randn(2, 2).requires_grad_(),)
+
+
 CASES = {
+    "mul_by_leaf_of_same_memory": (_mul_by_leaf_of_same_memory, _transposed_and_its_data_made_leaf),
+    "set_onto_leaf_then_written": (_set_onto_leaf_then_written, _square_leaf),
     "mul_out_into_itself": (_mul_out_into_itself, _overlapping_rows_second_detached),
     "add_out_resizing_under_enable_grad": (_add_out_resizing_under_enable_grad, _transposed_and_two_views),
     "identity_then_index_add_": (_identity_then_index_add_, _overlapping_slices_second_detached),

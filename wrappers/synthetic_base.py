@@ -131,6 +131,15 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
         return source.as_strided((end - start,), (1,), start)
 
 
+def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.Tensor:
+    """The whole ``base``'s memory, to write back through: taken from what eager wrote through (a written
+    member's root), not from a leaf requiring grad the base may come from, which eager never wrote in place."""
+    root = written[0]._base if written[0]._base is not None else written[0]
+    if root is base._base or base._base is None:
+        return base
+    return root.as_strided(base.shape, base.stride(), base.storage_offset())
+
+
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
     """The members to write back: those written through, whose regions hold every write.
 
@@ -264,7 +273,7 @@ class SyntheticBase:
                 base = span_base(cluster_args, _span(cluster_args, cluster_infos))
                 bases.append(base)
                 if cluster.whole:
-                    targets.append(base)
+                    targets.append(_write_target([args[m] for m in cluster.written], base))
                     target_infos.append(_merged([meta.input_info[m] for m in cluster.written]))
                 else:
                     targets += [args[m] for m in cluster.written]
