@@ -220,7 +220,20 @@ def _square_leaf():
     return (_randn(2, 2).requires_grad_(),)
 
 
+def _detach_restrided_then_transposed(a0):
+    # Class 10: a view of an inference tensor (a detach() of one, restrided) is no view, as eager's.
+    v0 = a0.detach()
+    v0.as_strided_((2, 3), (3, 1), 0)
+    return (v0.t(),)
+
+
+def _transposed_inference_ints():
+    with torch.inference_mode():
+        return (torch.randint(-4, 5, (2, 3), generator=torch.Generator().manual_seed(0)).t(),)
+
+
 CASES = {
+    "detach_restrided_then_transposed": (_detach_restrided_then_transposed, _transposed_inference_ints),
     "mul_by_leaf_of_same_memory": (_mul_by_leaf_of_same_memory, _transposed_and_its_data_made_leaf),
     "set_onto_leaf_then_written": (_set_onto_leaf_then_written, _square_leaf),
     "mul_out_into_itself": (_mul_out_into_itself, _overlapping_rows_second_detached),
