@@ -267,6 +267,25 @@ def test_mode_class(name: str, mode: str) -> None:
     check_in_mode(*CASES[name], mode)
 
 
+def _input_requires_grad_then_summed(a0):
+    a0.requires_grad_()
+    return (a0.sum(),)
+
+
+def _plain_square():
+    return (_randn(2, 2),)
+
+
+def _square_at_offset():
+    return (torch.arange(11.0)[3:7].view(2, 2),)
+
+
+def test_requires_grad_on_input_at_another_offset() -> None:
+    # Class 11: the function's requires_grad_() on its input read the input at the offset of the first call.
+    compiled = check(_input_requires_grad_then_summed, _plain_square)
+    check(_input_requires_grad_then_summed, _square_at_offset, compiled_fn=compiled)
+
+
 def test_out_into_member_made_leaf_called_twice() -> None:
     # Class 45: the second call of one compiled entry, whose members a requires_grad_() of the first call
     # must not leave requiring grad.
