@@ -577,7 +577,8 @@ class _RequiresGradInside(TorchFunctionMode):
             source.storage_offset(),
         ):
             # No absolute offset in the graph: a later call may pass the input at another offset.
-            return torch.ops.aten.alias.default(source)
+            alias: torch.Tensor = torch.ops.aten.alias.default(source)
+            return alias
         root = source._base if source._base is not None else source
         return root.as_strided(value.shape, value.stride(), value.storage_offset())
 
