@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from meta.versions import counter_groups, uncounted
+
 __all__ = [
     "Extent",
     "expanded_dims",
@@ -101,24 +103,33 @@ class _NonLeafAlias(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, leaf: torch.Tensor, carrier: torch.Tensor) -> torch.Tensor:
-        return carrier.new_empty(0).set_(
-            carrier.untyped_storage(), carrier.storage_offset(), carrier.shape, carrier.stride()
-        )
+        return _on_storage(carrier.untyped_storage(), carrier, carrier)  # the carrier's counter too
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         return None, None  # behind the input: nothing asks for it
 
 
-def _on_storage(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
-    """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``."""
-    empty = torch.empty(0, dtype=like.dtype, device=like.device)
-    return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+def _on_storage(
+    storage: torch.UntypedStorage, like: torch.Tensor, counter_of: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``; sharing
+    ``counter_of``'s version counter if given (as a ``detach()`` does), where the dtypes agree."""
+    if counter_of is None or counter_of.dtype != like.dtype:
+        empty = torch.empty(0, dtype=like.dtype, device=like.device)
+        return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+    alias = counter_of.detach()
+    with uncounted(alias), torch.no_grad():
+        alias.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+    return alias
 
 
-def _fake_root(storage: torch.UntypedStorage, root: torch.Tensor) -> torch.Tensor:
-    """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness."""
-    fake = _on_storage(storage, root)
+def _fake_root(
+    storage: torch.UntypedStorage, root: torch.Tensor, counter_of: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness; sharing
+    ``counter_of``'s version counter if given."""
+    fake = _on_storage(storage, root, counter_of)
     if not root.requires_grad:
         return fake
     if root.is_leaf:
@@ -141,6 +152,20 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
+    # Eager's views of one base and detach() aliases of them share one version counter: so do the fakes.
+    # Each real a fake root is made for, by its counter's group; each group's first fake root.
+    candidates = [t for t in tensors if t.layout == torch.strided] if not independent else []
+    candidates += [t._base for t in candidates if t._base is not None]
+    group_of = dict(zip(map(id, candidates), counter_groups(candidates), strict=True))
+    counters: dict[int, torch.Tensor] = {}
+
+    def root_of(real: torch.Tensor) -> torch.Tensor:
+        group = group_of.get(id(real))
+        fake = _fake_root(storages[storage_key(real)], real, counters.get(group) if group is not None else None)
+        if group is not None:
+            counters.setdefault(group, fake)
+        return fake
+
     with fake_mode:
         for tensor in tensors:
             if id(tensor) in fakes:
@@ -158,13 +183,13 @@ def fake_inputs(
                 continue
             base = tensor._base if tensor._base is not None else tensor
             if id(base) not in roots:
-                roots[id(base)] = _fake_root(storage, base)
+                roots[id(base)] = root_of(base)
             root = roots[id(base)]
             if base is tensor:
                 fake = root
             elif tensor.dtype != base.dtype or (tensor.requires_grad and not base.requires_grad):
                 # A dtype view (view_as_real ...) or a view the function set requires_grad on: its own tensor.
-                fake = _fake_root(storage, tensor)
+                fake = root_of(tensor)
             else:
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
