@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from aot.errors import UnsupportedInputError
+from meta.storage import has_version_counter
 from meta.versions import counter_groups
 
 __all__ = ["constant_key", "input_signature"]
@@ -75,8 +76,9 @@ def input_signature(
                     requires_grad,
                     requires_grad and leaf.is_leaf,
                     first,
-                    # eager refuses in-place writes into an inference tensor outside inference mode
-                    leaf.is_inference(),
+                    # eager refuses in-place writes into an inference tensor outside inference mode,
+                    # unless it is a detach()/.data of one (which has a version counter)
+                    has_version_counter(leaf) if leaf.is_inference() else None,
                 )
             )
         else:

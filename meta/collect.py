@@ -39,7 +39,15 @@ from meta.overlap import (
     is_overlap_error,
     order_dependent_read,
 )
-from meta.storage import fake_inputs, intersect, offset_of, storage_extent, storage_key, touch_interval
+from meta.storage import (
+    fake_inputs,
+    has_version_counter,
+    intersect,
+    offset_of,
+    storage_extent,
+    storage_key,
+    touch_interval,
+)
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners, history_taken_again
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -143,6 +151,9 @@ _OWN_OBJECT_METHODS = frozenset(
     # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
     {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
     | {"untyped_storage", "size", "dim", "numel", "_is_view"}
+    # detach() records nothing: eager reads no history of its argument (a stale view's included), and a view
+    # without history needs no fresh stand-in.
+    | {"detach"}
 )
 
 
@@ -184,6 +195,23 @@ def _reinterpreted(
         pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
         return torch.view_as_complex(pairs)
     return torch.view_as_real(base).as_strided(size, stride, offset)
+
+
+class RequiresGradCalls(TorchFunctionMode):
+    """Records the tensors the function calls ``requires_grad_()`` on. Under the caller's inference mode a view
+    of an input requiring grad requires none until then; collection runs outside it, where such a view
+    requires grad already and the call changes nothing to see."""
+
+    def __init__(self, called: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self._called = called
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
+            if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
+                self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor
+        return func(*args, **kwargs)
 
 
 class FreshViews(TorchFunctionMode):
@@ -401,11 +429,15 @@ class _Node:
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records, below autograd, each view's parent, each write's target, and storage use."""
 
-    def __init__(self, alias_sources: Sequence[torch.Tensor] = (), inference_storages: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        alias_sources: Sequence[torch.Tensor] = (),
+        inference_inputs: dict[int, bool] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        # Storages of inference-tensor inputs used outside inference mode: eager refuses writes into them
-        # except through a detach()/.data alias itself.
-        self._inference_storages = inference_storages or set()
+        # The inputs that are inference tensors used outside inference mode, by id: whether the caller's
+        # tensor has a version counter (is a detach()/.data of one). Eager refuses writes into the others.
+        self._inference_inputs = inference_inputs or {}
         self.nodes: dict[int, _Node] = {}
         self.writes: list[_Write] = []
         self._keep: list[Any] = []
@@ -435,6 +467,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
         self.clock = 0  # orders views and writes
+        # Tensors (by id) the function called requires_grad_() on, seen under the caller's inference mode only.
+        self.made_require_grad: dict[int, torch.Tensor] = {}
         self._storage_owners = StorageOwners(alias_sources)
 
     def node(self, tensor: torch.Tensor) -> _Node:
@@ -476,10 +510,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
                 return decomposed
+        if _resize_to_own_size(func, args, kwargs):
+            return args[0]  # eager's autograd neither bumps the version nor records a change: a no-op
         self.settle()
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
-        if self._inference_storages:
+        if self._inference_inputs:
             self._check_inference_write_as_eager(func, args, kwargs)
         with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
             resize_outs_as_eager(func, args, kwargs)
@@ -606,28 +642,47 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
 
     def _check_inference_write_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        """Eager's refusal of in-place ops on inference tensors outside inference mode (a tensor that is
-        itself a ``detach()`` or ``.data`` of one has a version counter and may be written)."""
+        """Eager's refusal of in-place ops on inference tensors outside inference mode: bumping the version
+        counter of one that has none raises."""
         for position in written_positions(func, args):
             value = dispatched_argument(func, args, kwargs, position)
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if not isinstance(tensor, torch.Tensor) or storage_key(tensor) not in self._inference_storages:
-                    continue
-                node = self.nodes.get(id(tensor))
-                if node is not None and node.tensor is not tensor:
-                    node = None
-                # A geometry changed in place (an out= resize ...) leaves the tensor what it was.
-                while node is not None and node.step is not None and node.step.in_place:
-                    node = node.parent
-                if node is None or node.step is None:  # no view: an input itself, or its detach()/.data
-                    detached = id(tensor) not in self._alias_sources
-                else:
-                    detached = node.step.op is _aten.detach.default
-                if not detached:
+                if isinstance(tensor, torch.Tensor) and not self._has_version_counter(tensor):
                     raise RuntimeError(
                         f"Inplace update to inference tensor outside InferenceMode is not allowed ({func})."
                         "You can make a clone to get a normal tensor before doing inplace update."
                     )
+
+    def _has_version_counter(self, tensor: torch.Tensor) -> bool:
+        """Whether eager's ``tensor`` has a version counter: a view of an inference tensor has none, a
+        ``detach()``/``.data`` of one has (a counter of its own), and set_() changes neither."""
+        node = self.nodes.get(id(tensor))
+        if node is None or node.tensor is not tensor:
+            # An input itself, or a tensor the function made (outside inference mode: a normal one).
+            return self._inference_inputs.get(id(tensor), True)
+        # A geometry changed in place (t_(), an out= resize ...) leaves the tensor what it was.
+        while node.step is not None and node.step.in_place:
+            assert node.parent is not None
+            node = node.parent
+        if node.step is None:
+            return self._inference_inputs.get(id(node.tensor), True)
+        return node.step.op is _aten.detach.default or not self._is_inference(node)
+
+    def refuse_requires_grad_on_inference(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Eager's refusal of ``requires_grad_()`` on an inference tensor outside inference mode: after the run,
+        an inference input (one that required no grad) or a view or ``detach()`` of one requiring grad had it."""
+        nodes = [*self.nodes.values(), *(_Node(t) for t in inputs if id(t) in self._inference_inputs)]
+        for node in nodes:
+            if node.tensor.requires_grad and self._is_inference(node):
+                raise RuntimeError(
+                    "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
+                )
+
+    def _is_inference(self, node: _Node) -> bool:
+        """Whether eager's tensor at ``node`` is an inference tensor: an inference input, or a view of one."""
+        while node.parent is not None:
+            node = node.parent
+        return id(node.tensor) in self._inference_inputs
 
     def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
         """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
@@ -664,7 +719,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         geometry = None
         while node.parent is not None:
             assert node.step is not None
-            steps.append(_with_requires_grad_set(node.step, node.tensor))
+            called = self.made_require_grad.get(id(node.tensor)) is node.tensor
+            steps.append(_with_requires_grad_set(node.step, node.tensor, called))
             geometry = node.parent_geometry
             node = node.parent
             if stop(node.tensor):
@@ -700,6 +756,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return node.tensor
 
 
+def _resize_to_own_size(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """A ``resize_`` to the size the tensor has (no memory format to restride to): it changes nothing, and
+    autograd bumps the version only when the size changes."""
+    if func is not _aten.resize_.default or len(args) > 2 or kwargs.get("memory_format") is not None:
+        return False
+    return isinstance(args[0], torch.Tensor) and list(args[0].shape) == list(args[1])
+
+
 def _composite_implicit(func: Any) -> bool:
     """Whether ``func`` is made of other ops (``CompositeImplicitAutograd``), which autograd's kernel calls."""
     try:
@@ -708,11 +772,16 @@ def _composite_implicit(func: Any) -> bool:
         return False
 
 
-def _with_requires_grad_set(step: ViewStep, view: torch.Tensor) -> ViewStep:
+def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = False) -> ViewStep:
     """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
     needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
-    requires it too, with a history or, taken under no_grad, none)."""
-    if step.in_place or not view.requires_grad or (view._base is not None and view._base.requires_grad):
+    requires it too, with a history or, taken under no_grad, none). Under the caller's inference mode a view
+    requires none whatever its base (``called``: the function's ``requires_grad_()`` on it, seen)."""
+    if step.in_place or not view.requires_grad:
+        return step
+    if called:
+        return dataclasses.replace(step, requires_grad_set=True)
+    if view._base is not None and view._base.requires_grad:
         return step
     if not _is_leaf(view):
         return step
@@ -762,16 +831,28 @@ def collect_meta(
             if isinstance(real, torch.Tensor) and real.is_inference()
         }
         in_inference_mode = CALLER_IN_INFERENCE_MODE.get()
-        # Outside inference mode eager refuses writes into inference tensors; inside, saving them for a backward.
-        written = set() if in_inference_mode else inference_storages
-        recorder = ViewRecorder(alias_sources=fakes, inference_storages=written)
+        # Outside inference mode eager refuses writes into inference tensors (and requires_grad on them);
+        # inside, saving them for a backward.
+        inference_inputs = {
+            id(fake): has_version_counter(real)
+            for fake, real in zip(fakes, flat_args, strict=True)
+            if isinstance(real, torch.Tensor)
+            and real.is_inference()
+            and not in_inference_mode
+            and not real.requires_grad
+        }
+        recorder = ViewRecorder(alias_sources=fakes, inference_inputs=inference_inputs)
         fresh_views = FreshViews(recorder.stands_for)
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
+        # (A torch-function mode changes some library code paths: only where an input requires grad.)
+        watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, fresh:
+            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
+            recorder.refuse_requires_grad_on_inference(fakes)
         except Exception as error:
             # A resize_ autograd refused, which ``FreshViews`` runs as the caller's inference_mode does.
             resize_refused = CALLER_IN_INFERENCE_MODE.get() and "cannot resize variables that require" in str(error)
@@ -1120,6 +1201,13 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
     return None
 
 
+def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether autograd sees a write through ``written`` in ``tensor``'s history: it is ``tensor`` or another
+    view of its base (not a tensor of its own that set_() put in the same memory, say)."""
+    root = tensor._base if tensor._base is not None else tensor
+    return written is tensor or written is root or written._base is root
+
+
 def _input_info(
     name: str,
     real: torch.Tensor,
@@ -1170,7 +1258,7 @@ def _input_info(
         mutations_hidden_from_autograd=not marked_dirty
         and any(w.grad_enabled for w in data_writes)
         and real.requires_grad
-        and all(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
+        and all(w.hidden_from_autograd or not w.grad_enabled or not _same_history(w.tensor, fake) for w in data_writes),
         written_through=bool(data_writes) and through,
         # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
         requires_grad_after=bool(data_writes) and fake.requires_grad and not (sets_requires_grad and _is_leaf(fake)),

@@ -28,6 +28,7 @@ __all__ = [
     "expanded_dims",
     "fake_input",
     "fake_inputs",
+    "has_version_counter",
     "intersect",
     "offset_of",
     "one_index_per_element",
@@ -40,6 +41,17 @@ __all__ = [
 
 # A half-open interval ``[start, end)`` of storage elements.
 Extent = tuple[int, int]
+
+
+def has_version_counter(tensor: torch.Tensor) -> bool:
+    """Whether in-place writes may bump ``tensor``'s version counter outside inference mode: an inference
+    tensor has none, unless it is a ``detach()``/``.data`` of one taken outside inference mode."""
+    if not tensor.is_inference():
+        return True
+    try:
+        return tensor._version >= 0
+    except RuntimeError:  # "Inference tensors do not track version counter."
+        return False
 
 
 def storage_key(tensor: torch.Tensor) -> int:

@@ -8,6 +8,7 @@ an object is built, so a layer that derives an inconsistent meta fails at once.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +84,8 @@ class ViewStep:
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and tensor._base is None and not result.requires_grad:
-            with torch.no_grad():
+            # An inference tensor's alias is one too (views of it are then no views, as eager's).
+            with torch.no_grad(), torch.inference_mode() if tensor.is_inference() else contextlib.nullcontext():
                 geometry = (result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
                 result = torch.empty(0, dtype=result.dtype, device=result.device).set_(*geometry)
         if self.requires_grad_set and result.is_leaf and not result.requires_grad:

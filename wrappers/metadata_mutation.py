@@ -575,6 +575,14 @@ class _RequiresGradInside(TorchFunctionMode):
         if found is None or found[0] is not value:
             return value
         source = found[1]
+        if (value.shape, value.stride(), value.storage_offset()) == (
+            source.shape,
+            source.stride(),
+            source.storage_offset(),
+        ):
+            # No absolute offset in the graph: a later call may pass the input at another offset.
+            alias: torch.Tensor = torch.ops.aten.alias.default(source)
+            return alias
         root = source._base if source._base is not None else source
         return root.as_strided(value.shape, value.stride(), value.storage_offset())
 

@@ -126,7 +126,19 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
         # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
         source = requiring_grad[0]
     start, end = span
-    return source.as_strided((end - start,), (1,), start)
+    # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
+    # would refuse the history an enable_grad region of the function reads.
+    with torch.enable_grad():
+        return source.as_strided((end - start,), (1,), start)
+
+
+def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.Tensor:
+    """The whole ``base``'s memory, to write back through: taken from what eager wrote through (a written
+    member's root), not from a leaf requiring grad the base may come from, which eager never wrote in place."""
+    root = written[0]._base if written[0]._base is not None else written[0]
+    if root is base._base or base._base is None:
+        return base
+    return root.as_strided(base.shape, base.stride(), base.storage_offset())
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
@@ -194,6 +206,8 @@ class SyntheticBase:
             for m in cluster.members
         }
         flat_fn, num_args = outer.fn, len(args)
+        # Members the caller passed requiring no grad (a detach() of one that does): no history inside either.
+        untracked = {m for cluster in clusters for m in cluster.members if not meta.input_info[m].requires_grad}
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
             working: list[Any] = [None] * num_args
@@ -207,10 +221,8 @@ class SyntheticBase:
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    # A member needing no grad beside one that does (a detach() of the same memory): autograd
-                    # sees neither its reads nor its writes, nor may it resize it, as in eager.
-                    alone = copy.requires_grad and not meta.input_info[m].requires_grad
-                    working[m] = member.detach() if alone else member
+                    # Autograd sees neither the reads nor the writes of such a member, nor may it resize it.
+                    working[m] = member.detach() if m in untracked and member.requires_grad else member
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
@@ -269,7 +281,7 @@ class SyntheticBase:
                 base = span_base(cluster_args, _span(cluster_args, cluster_infos))
                 bases.append(base)
                 if cluster.whole:
-                    targets.append(base)
+                    targets.append(_write_target([args[m] for m in cluster.written], base))
                     target_infos.append(_merged([meta.input_info[m] for m in cluster.written]))
                 else:
                     targets += [args[m] for m in cluster.written]
