@@ -118,14 +118,23 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
             "inputs that share memory with different dtypes (view(dtype), view_as_real ...), one of them "
             "written: not supported; pass them as separate tensors"
         )
-    roots = {id(root): root for root in (m._base if m._base is not None else m for m in members)}
+    roots = {id(root): root for root in (_root(m) for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
     requiring_grad = [m for m in members if m.requires_grad]
-    if len(requiring_grad) == 1 and not source.requires_grad:
+    # Members needing grad decide: the others (``detach()`` aliases) are read detached inside.
+    grad_roots = {id(root): root for root in (_root(m) for m in requiring_grad) if root.requires_grad}
+    if len(grad_roots) == 1:
+        source = next(iter(grad_roots.values()))
+    elif len(requiring_grad) == 1 and not source.requires_grad:
         # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
         source = requiring_grad[0]
     start, end = span
     return source.as_strided((end - start,), (1,), start)
+
+
+def _root(member: torch.Tensor) -> torch.Tensor:
+    """The tensor ``member`` is a view of, or ``member`` itself."""
+    return member._base if member._base is not None else member
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
@@ -203,7 +212,10 @@ class SyntheticBase:
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
-                    working[m] = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    member = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                    # A member needing no grad (a ``detach()`` alias of one that does) has no history
+                    # in eager: its reads must not reach the base's gradient.
+                    working[m] = member if meta.input_info[m].requires_grad else member.detach()
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
