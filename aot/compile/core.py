@@ -24,8 +24,7 @@ from aot.compile.failures import backend_errors
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
-from meta.collect import CALLER_IN_INFERENCE_MODE
-from meta.overlap import is_overlap_error
+from meta.collect import CALLER_IN_INFERENCE_MODE, raised_by_eager_backward
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
@@ -66,7 +65,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         try:
             joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
         except RuntimeError as error:
-            if "modified by an inplace operation" not in str(error) and not is_overlap_error(error):
+            if not raised_by_eager_backward(error):
                 raise
             # Eager runs this forward and fails only in backward: so do we.
             return _forward_only(stage, config, entry, error)
