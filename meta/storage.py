@@ -130,6 +130,7 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
+    real_roots: dict[int, torch.Tensor] = {}
     with fake_mode:
         for tensor in tensors:
             if id(tensor) in fakes:
@@ -148,6 +149,10 @@ def fake_inputs(
             base = tensor._base if tensor._base is not None else tensor
             if id(base) not in roots:
                 roots[id(base)] = _fake_root(storage, base)
+                same_counter = _sharing_counter(base, [real_roots[r] for r in roots if r in real_roots])
+                if same_counter is not None:
+                    roots[id(base)] = _sharing_counter_of(roots[id(same_counter)], roots[id(base)], base)
+                real_roots[id(base)] = base
             root = roots[id(base)]
             if base is tensor:
                 fake = root
@@ -158,6 +163,34 @@ def fake_inputs(
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
+
+
+def _sharing_counter(root: torch.Tensor, earlier: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The tensor of ``earlier`` on ``root``'s storage sharing its version counter (``root`` is a
+    ``detach()`` alias of it, or it of ``root``), if any: a write through one counts for the other."""
+    if root.is_inference():
+        return None
+    candidates = [t for t in earlier if storage_key(t) == storage_key(root) and not t.is_inference()]
+    if not candidates:
+        return None
+    # Probed: autograd has no query for it. The counter is put back at once.
+    counter = root._version
+    mark = max(counter, *(t._version for t in candidates)) + 1
+    torch._C._autograd._unsafe_set_version_counter((root,), (mark,))
+    try:
+        return next((t for t in candidates if t._version == mark), None)
+    finally:
+        torch._C._autograd._unsafe_set_version_counter((root,), (counter,))
+
+
+def _sharing_counter_of(owner: torch.Tensor, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """``fake`` made again as eager made ``real``: a ``detach()`` alias of ``owner`` (sharing its counter)."""
+    counter = owner._version
+    alias = owner.detach()
+    with torch.no_grad():
+        alias.set_(fake.untyped_storage(), fake.storage_offset(), fake.shape, fake.stride())
+    torch._C._autograd._unsafe_set_version_counter((alias,), (counter,))
+    return alias.requires_grad_() if real.requires_grad else alias
 
 
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
