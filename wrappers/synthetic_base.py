@@ -207,8 +207,10 @@ class SyntheticBase:
                 working[arg] = inner_args[position]
             copies = []
             for k, cluster in enumerate(clusters):
-                # The base is read, never written: the members are views of a copy of it.
-                copy = inner_args[len(plain) + k].clone()
+                # The base is read, never written: the members are views of a copy of it, if written. Else of
+                # the base itself: an autograd.Function's backward writing a member it saved writes the input.
+                base = inner_args[len(plain) + k]
+                copy = base.clone() if cluster.written else base
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
