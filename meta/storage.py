@@ -130,29 +130,26 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
-    real_roots: dict[int, torch.Tensor] = {}
+    strided = [tensor for tensor in tensors if tensor.layout == torch.strided]
     with fake_mode:
+        for tensor in strided:
+            key = storage_key(tensor)
+            if key not in storages:
+                nbytes = max(int(tensor.untyped_storage().nbytes()), storage_extent(tensor)[1] * tensor.element_size())
+                storages[key] = torch.empty(nbytes, dtype=torch.uint8, device=tensor.device).untyped_storage()
+        if not independent:
+            roots = _fake_roots(storages, [t._base if t._base is not None else t for t in strided])
         for tensor in tensors:
             if id(tensor) in fakes:
                 continue
             if tensor.layout != torch.strided:
                 fakes[id(tensor)] = _plain_fake(tensor)
                 continue
-            key = storage_key(tensor)
-            if key not in storages:
-                nbytes = max(int(tensor.untyped_storage().nbytes()), storage_extent(tensor)[1] * tensor.element_size())
-                storages[key] = torch.empty(nbytes, dtype=torch.uint8, device=tensor.device).untyped_storage()
-            storage = storages[key]
+            storage = storages[storage_key(tensor)]
             if independent:
                 fakes[id(tensor)] = _fake_root(storage, tensor)
                 continue
             base = tensor._base if tensor._base is not None else tensor
-            if id(base) not in roots:
-                roots[id(base)] = _fake_root(storage, base)
-                same_counter = _sharing_counter(base, [real_roots[r] for r in roots if r in real_roots])
-                if same_counter is not None:
-                    roots[id(base)] = _sharing_counter_of(roots[id(same_counter)], roots[id(base)], base)
-                real_roots[id(base)] = base
             root = roots[id(base)]
             if base is tensor:
                 fake = root
@@ -163,6 +160,22 @@ def fake_inputs(
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
+
+
+def _fake_roots(storages: dict[int, torch.UntypedStorage], bases: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
+    """The fakes of the tensors that are no view (by id): a ``detach()`` alias of another shares its fake's
+    version counter, as in eager. Non-leaves requiring grad first: only a tensor needing no grad, or a
+    leaf, can be made as such an alias."""
+    unique = list({id(base): base for base in bases}.values())
+    unique.sort(key=lambda base: not (base.requires_grad and not base.is_leaf))
+    roots: dict[int, torch.Tensor] = {}
+    made: list[torch.Tensor] = []
+    for base in unique:
+        fake = _fake_root(storages[storage_key(base)], base)
+        owner = _sharing_counter(base, made) if not base.requires_grad or base.is_leaf else None
+        roots[id(base)] = fake if owner is None else _sharing_counter_of(roots[id(owner)], fake, base)
+        made.append(base)
+    return roots
 
 
 def _sharing_counter(root: torch.Tensor, earlier: Sequence[torch.Tensor]) -> torch.Tensor | None:
