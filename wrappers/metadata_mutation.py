@@ -327,8 +327,9 @@ def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
 
 def _retake_view_history(target: torch.Tensor) -> None:
     """Make autograd take a moved view's history again from its base in its new geometry, as eager's does
-    after its set_() (or a write and a geometry change autograd did not record): a record cached at the version its counter ends at (while the layers below set it)
-    would hold the old geometry. Taken once at an unused version, then stale at the final one."""
+    after its set_() (or a write and a geometry change autograd did not record): a record cached at the
+    version its counter ends at (while the layers below set it) would hold the old geometry. Taken once at
+    an unused version, then stale at the final one."""
     if target._base is None or not target.requires_grad:
         return
     final = target._version
