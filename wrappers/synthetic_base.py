@@ -200,6 +200,16 @@ class SyntheticBase:
             for m in cluster.members
         }
         flat_fn, num_args = outer.fn, len(args)
+        # A member needing no grad of a base needing it (a ``detach()`` alias) has no history in eager: its
+        # reads must not reach the base's gradient. Of a base needing none, it is a view like the others:
+        # a write of a value needing grad through one gives them all a history, as in eager.
+        detached = {
+            m
+            for cluster, base in zip(clusters, bases, strict=True)
+            if base.requires_grad
+            for m in cluster.members
+            if not meta.input_info[m].requires_grad
+        }
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
             working: list[Any] = [None] * num_args
@@ -215,9 +225,7 @@ class SyntheticBase:
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    # A member needing no grad (a ``detach()`` alias of one that does) has no history
-                    # in eager: its reads must not reach the base's gradient.
-                    working[m] = member if meta.input_info[m].requires_grad else member.detach()
+                    working[m] = member.detach() if m in detached else member
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
