@@ -286,7 +286,7 @@ class AOTFunction:
                 return self._restore(leaves, *loaded)
             stage, convention = self._flat(args, kwargs, leaves, spec)
             entry = CompiledEntry(meta=stage.meta)
-            core = partial(compile_core, config=self.config, entry=entry)
+            core = partial(compile_core, config=self.config, entry=entry, compile_function=AOTFunction)
             entry.runtime = compile_through(default_layers(), stage, core)
             # Not stored: a forward-only entry, or one whose backward writes its inputs (which the graphs
             # alone do not say).
@@ -331,7 +331,7 @@ class AOTFunction:
 
         def core(inner: Stage) -> Any:
             entry.core_meta = inner.meta
-            return runtime_from_graphs(inner.meta, self.config, entry, restored=True)
+            return runtime_from_graphs(inner.meta, self.config, entry, AOTFunction, restored=True)
 
         entry.runtime = compile_through(default_layers(), stage, core)
         entry.extra["restored"] = True

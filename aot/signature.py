@@ -1,7 +1,7 @@
 """The input signature: everything about a call that a compiled entry is specialized on.
 
 Shapes, strides, dtypes, devices, ``requires_grad`` (and
-leafness where it matters), grad mode, which tensor inputs share storage, the
+leafness where it matters), grad mode, which tensor inputs share storage (and version counters), the
 pytree structure and every non-tensor value. Two calls with equal signatures
 can share one compiled entry; any difference traces again.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from aot.errors import UnsupportedInputError
+from meta.versions import counter_groups
 
 __all__ = ["constant_key", "input_signature"]
 
@@ -71,12 +72,14 @@ def input_signature(leaves: Sequence[Any], structure: Hashable, name_of: Callabl
         else:
             parts.append(constant_key(leaf, name_of, position))
     if shared:
-        # Aliasing is rare: only then pay for identity, offsets and view-ness.
+        # Aliasing is rare: only then pay for identity, offsets, view-ness and shared version counters.
         objects: dict[int, int] = {}
+        positions = sorted(shared)
+        counters = counter_groups([leaves[p] for p in positions])
         parts.append(
             tuple(
-                (p, objects.setdefault(id(leaves[p]), p), leaves[p].storage_offset(), leaves[p]._is_view())
-                for p in sorted(shared)
+                (p, objects.setdefault(id(leaves[p]), p), leaves[p].storage_offset(), leaves[p]._is_view(), counter)
+                for p, counter in zip(positions, counters, strict=True)
             )
         )
     return tuple(parts)

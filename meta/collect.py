@@ -40,6 +40,7 @@ from meta.overlap import (
 )
 from meta.storage import fake_inputs, intersect, storage_extent, storage_key, touch_interval
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners
+from meta.versions import uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -251,10 +252,8 @@ class FreshViews(TorchFunctionMode):
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
             with torch.enable_grad():
                 fresh = base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-            version = fresh._version
-            with torch.no_grad():
+            with uncounted(fresh), torch.no_grad():  # no write of the caller's
                 fresh.set_(tensor)  # type: ignore[call-overload]
-            torch._C._autograd._unsafe_set_version_counter((fresh,), (version,))  # no write of the caller's
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from meta.versions import counter_groups, uncounted
+
 __all__ = [
     "Extent",
     "expanded_dims",
@@ -89,24 +91,33 @@ class _NonLeafAlias(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, leaf: torch.Tensor, carrier: torch.Tensor) -> torch.Tensor:
-        return carrier.new_empty(0).set_(
-            carrier.untyped_storage(), carrier.storage_offset(), carrier.shape, carrier.stride()
-        )
+        return _on_storage(carrier.untyped_storage(), carrier, carrier)  # the carrier's counter too
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         return None, None  # behind the input: nothing asks for it
 
 
-def _on_storage(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
-    """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``."""
-    empty = torch.empty(0, dtype=like.dtype, device=like.device)
-    return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+def _on_storage(
+    storage: torch.UntypedStorage, like: torch.Tensor, counter_of: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A plain (non-view, no grad) tensor with ``like``'s dtype and geometry on ``storage``; sharing
+    ``counter_of``'s version counter if given (as a ``detach()`` does), where the dtypes agree."""
+    if counter_of is None or counter_of.dtype != like.dtype:
+        empty = torch.empty(0, dtype=like.dtype, device=like.device)
+        return empty.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+    alias = counter_of.detach()
+    with uncounted(alias), torch.no_grad():
+        alias.set_(storage, int(like.storage_offset()), like.shape, like.stride())
+    return alias
 
 
-def _fake_root(storage: torch.UntypedStorage, root: torch.Tensor) -> torch.Tensor:
-    """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness."""
-    fake = _on_storage(storage, root)
+def _fake_root(
+    storage: torch.UntypedStorage, root: torch.Tensor, counter_of: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The fake of a tensor that is no view: same geometry, ``requires_grad`` and leafness; sharing
+    ``counter_of``'s version counter if given."""
+    fake = _on_storage(storage, root, counter_of)
     if not root.requires_grad:
         return fake
     if root.is_leaf:
@@ -130,80 +141,48 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
-    strided = [tensor for tensor in tensors if tensor.layout == torch.strided]
+    # Eager's views of one base and detach() aliases of them share one version counter: so do the fakes.
+    # Each real a fake root is made for, by its counter's group; each group's first fake root.
+    candidates = [t for t in tensors if t.layout == torch.strided] if not independent else []
+    candidates += [t._base for t in candidates if t._base is not None]
+    group_of = dict(zip(map(id, candidates), counter_groups(candidates), strict=True))
+    counters: dict[int, torch.Tensor] = {}
+
+    def root_of(real: torch.Tensor) -> torch.Tensor:
+        group = group_of.get(id(real))
+        fake = _fake_root(storages[storage_key(real)], real, counters.get(group) if group is not None else None)
+        if group is not None:
+            counters.setdefault(group, fake)
+        return fake
+
     with fake_mode:
-        for tensor in strided:
-            key = storage_key(tensor)
-            if key not in storages:
-                nbytes = max(int(tensor.untyped_storage().nbytes()), storage_extent(tensor)[1] * tensor.element_size())
-                storages[key] = torch.empty(nbytes, dtype=torch.uint8, device=tensor.device).untyped_storage()
-        if not independent:
-            roots = _fake_roots(storages, [t._base if t._base is not None else t for t in strided])
         for tensor in tensors:
             if id(tensor) in fakes:
                 continue
             if tensor.layout != torch.strided:
                 fakes[id(tensor)] = _plain_fake(tensor)
                 continue
-            storage = storages[storage_key(tensor)]
+            key = storage_key(tensor)
+            if key not in storages:
+                nbytes = max(int(tensor.untyped_storage().nbytes()), storage_extent(tensor)[1] * tensor.element_size())
+                storages[key] = torch.empty(nbytes, dtype=torch.uint8, device=tensor.device).untyped_storage()
+            storage = storages[key]
             if independent:
                 fakes[id(tensor)] = _fake_root(storage, tensor)
                 continue
             base = tensor._base if tensor._base is not None else tensor
+            if id(base) not in roots:
+                roots[id(base)] = root_of(base)
             root = roots[id(base)]
             if base is tensor:
                 fake = root
             elif tensor.dtype != base.dtype or (tensor.requires_grad and not base.requires_grad):
                 # A dtype view (view_as_real ...) or a view the function set requires_grad on: its own tensor.
-                fake = _fake_root(storage, tensor)
+                fake = root_of(tensor)
             else:
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
-
-
-def _fake_roots(storages: dict[int, torch.UntypedStorage], bases: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
-    """The fakes of the tensors that are no view (by id): a ``detach()`` alias of another shares its fake's
-    version counter, as in eager. Non-leaves requiring grad first: only a tensor needing no grad, or a
-    leaf, can be made as such an alias."""
-    unique = list({id(base): base for base in bases}.values())
-    unique.sort(key=lambda base: not (base.requires_grad and not base.is_leaf))
-    roots: dict[int, torch.Tensor] = {}
-    made: list[torch.Tensor] = []
-    for base in unique:
-        fake = _fake_root(storages[storage_key(base)], base)
-        owner = _sharing_counter(base, made) if not base.requires_grad or base.is_leaf else None
-        roots[id(base)] = fake if owner is None else _sharing_counter_of(roots[id(owner)], fake, base)
-        made.append(base)
-    return roots
-
-
-def _sharing_counter(root: torch.Tensor, earlier: Sequence[torch.Tensor]) -> torch.Tensor | None:
-    """The tensor of ``earlier`` on ``root``'s storage sharing its version counter (``root`` is a
-    ``detach()`` alias of it, or it of ``root``), if any: a write through one counts for the other."""
-    if root.is_inference():
-        return None
-    candidates = [t for t in earlier if storage_key(t) == storage_key(root) and not t.is_inference()]
-    if not candidates:
-        return None
-    # Probed: autograd has no query for it. The counter is put back at once.
-    counter = root._version
-    mark = max(counter, *(t._version for t in candidates)) + 1
-    torch._C._autograd._unsafe_set_version_counter((root,), (mark,))
-    try:
-        return next((t for t in candidates if t._version == mark), None)
-    finally:
-        torch._C._autograd._unsafe_set_version_counter((root,), (counter,))
-
-
-def _sharing_counter_of(owner: torch.Tensor, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """``fake`` made again as eager made ``real``: a ``detach()`` alias of ``owner`` (sharing its counter)."""
-    counter = owner._version
-    alias = owner.detach()
-    with torch.no_grad():
-        alias.set_(fake.untyped_storage(), fake.storage_offset(), fake.shape, fake.stride())
-    torch._C._autograd._unsafe_set_version_counter((alias,), (counter,))
-    return alias.requires_grad_() if real.requires_grad else alias
 
 
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

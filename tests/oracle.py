@@ -29,6 +29,7 @@ __all__ = [
     "check",
     "check_in_mode",
     "clone_args",
+    "derivatives",
     "mode_params",
     "params_with_known_wrong",
 ]
@@ -106,6 +107,41 @@ def functional_nop(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
         if isinstance(target, torch._ops.OpOverload):
             assert not target._schema.is_mutable, f"mutating op {target} handed to a backend:\n{gm.code}"
     return gm
+
+
+def _weighted_sum(values: Any, seed: int) -> torch.Tensor:
+    """``sum(v * w)`` over the values requiring grad, ``w`` fixed random: every derivative reaches every element."""
+    generator = torch.Generator().manual_seed(seed)
+    total = torch.zeros(())
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            weight = torch.randn(value.shape, generator=generator, dtype=value.dtype)
+            total = total + (torch.view_as_real(value * weight) if value.is_complex() else value * weight).sum()
+    return total
+
+
+def derivatives(fn: Callable[..., Any], args: Any, order: int, wrt: Any = ()) -> list[Any]:
+    """Eager's higher-order facts of ``fn(*args)``: its outputs, its 1st..``order - 1``-th derivatives (each the
+    gradient of a fixed weighted sum of the previous ones, with ``create_graph=True``, w.r.t. ``wrt`` or the
+    arguments requiring grad), and the ``.grad`` a final ``backward()`` leaves (the ``order``-th), all detached."""
+    targets = list(wrt) or [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor) and a.requires_grad]
+    outs = [o for o in tree_flatten(fn(*args))[0] if isinstance(o, torch.Tensor)]
+    found: list[Any] = [[o.detach() for o in outs]]
+    current: list[Any] = outs
+    for k in range(order - 1):
+        total = _weighted_sum(current, k)
+        if not total.requires_grad:  # a linear function: its derivative is constant, with no history
+            found.append(None)
+            current = []
+            continue
+        grads = torch.autograd.grad(total, targets, create_graph=True, allow_unused=True)
+        found.append([(g.detach(), g.requires_grad) if g is not None else None for g in grads])
+        current = list(grads)
+    last = _weighted_sum(current, order - 1)
+    if last.requires_grad:
+        last.backward()
+    found.append([t.grad for t in targets])
+    return found
 
 
 def clone_args(args: Any) -> Any:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import aot
-from aot.errors import DoubleBackwardError, UnsupportedInputError
+from aot.errors import UnsupportedInputError
 from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, assert_close, check
 
 
@@ -44,10 +44,11 @@ def test_item11_torch_partitioners_as_partition_fn(name):
     check(f, seeded((3, 4), (5, 4), (5,)), compiled_fn=compiled)
 
 
-# Item 0: a second derivative through a compiled function raises, never zeros, never a dropped edge.
+# Item 0 (issue 16 since): a second derivative through a compiled function is eager's, never zeros,
+# never a dropped edge.
 
 
-def test_item0_hvp_raises_instead_of_zeros():
+def test_item0_hvp_is_eagers():
     a = seeded((5, 4), requires_grad=False)[0]
 
     def f(a, w):
@@ -57,8 +58,7 @@ def test_item0_hvp_raises_instead_of_zeros():
     w, v = seeded((4,), (4,), requires_grad=False, seed=1)
     eager = torch.autograd.functional.hvp(lambda w: f(a, w), w, v)[1]
     assert eager.abs().sum() > 0
-    with pytest.raises(DoubleBackwardError):
-        torch.autograd.functional.hvp(lambda w: compiled(a, w), w, v)
+    assert_close(torch.autograd.functional.hvp(lambda w: compiled(a, w), w, v)[1], eager)
 
 
 def test_item0_captured_tensor_is_refused_clearly_never_zeros():
@@ -77,22 +77,27 @@ def test_item0_create_graph_keeps_the_path_to_parameters():
         return torch.tanh(x * p).pow(2).sum()
 
     compiled = aot.aot_function(f, aot.nop)
-    x, p = seeded((4,), (4,))
-    (gx,) = torch.autograd.grad(compiled(x, p), x, create_graph=True)
-    assert gx.requires_grad and gx.grad_fn is not None
-    with pytest.raises(DoubleBackwardError):
-        torch.autograd.grad(gx.pow(2).sum(), p)
-    with pytest.raises(DoubleBackwardError):
+    results = []
+    for fn in (f, compiled):
+        x, p = seeded((4,), (4,))
+        (gx,) = torch.autograd.grad(fn(x, p), x, create_graph=True)
+        assert gx.requires_grad and gx.grad_fn is not None
+        (gp,) = torch.autograd.grad(gx.pow(2).sum(), p, retain_graph=True)
         gx.sum().backward()
+        results.append((gp, x.grad, p.grad))
+    assert_close(results[1], results[0])
 
 
-def test_item0_gradient_penalty_through_module_raises():
+def test_item0_gradient_penalty_through_module():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    compiled = aot.aot_module(model, aot.nop)
-    x = seeded((3, 4))[0]
-    (gx,) = torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
-    with pytest.raises(DoubleBackwardError):
+    compiled = aot.aot_module(copy.deepcopy(model), aot.nop)
+    grads = []
+    for fn in (model, compiled):
+        x = seeded((3, 4))[0]
+        (gx,) = torch.autograd.grad(fn(x).sum(), x, create_graph=True)
         gx.norm().backward()
+        grads.append([x.grad, *(p.grad for p in fn.parameters())])
+    assert_close(grads[1], grads[0])
 
 
 def test_item0_first_order_backward_unchanged():

@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
+from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
     InputAliasInfo,
     OutputAliasInfo,
@@ -53,7 +54,6 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions, version
 
 __all__ = ["MetadataMutation"]
 
@@ -64,6 +64,7 @@ class MetadataMutation:
     def __init__(self) -> None:
         self._meta: ViewAndMutationMeta | None = None
         self._mutated: tuple[UserArg, ...] = ()
+        self._counter_groups: list[int] = []
         # Inputs the function called requires_grad_() on: the caller's tensors require grad after the call.
         self._requires_grad_set: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
@@ -84,6 +85,7 @@ class MetadataMutation:
         outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
+        self._counter_groups = counter_groups(outer.args)
         self._grown = tuple(
             (UserArg(i), info.storage_grown_to) for i, info in enumerate(meta.input_info) if info.storage_grown_to
         )
@@ -245,17 +247,18 @@ class MetadataMutation:
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
+        counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
-            versions = [version(target) for target in targets]
+            before = counters.read(args)
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             for arg_idx in restrided_first:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
-            set_versions(targets, versions)
+            counters.restore(args, before)
             inner_outs = inner(inner_args)
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
@@ -267,7 +270,7 @@ class MetadataMutation:
 
             outs = split.assemble(meta, inner_outs, the_input)
             retaken = []  # views whose history eager takes again in their final geometry
-            for target, v, (arg_idx, info) in zip(targets, versions, final, strict=True):
+            for target, (arg_idx, info) in zip(targets, final, strict=True):
                 assert info.final_metadata is not None
                 size, stride, relative_offset = info.final_metadata
                 if info.storage_set_to is not None:
@@ -290,6 +293,8 @@ class MetadataMutation:
                 if recorded and target.requires_grad and info.version_bumps:
                     # The recorded change bumps the counter to eager's final value, and autograd's record of
                     # the view is taken at it: setting the counter afterwards would make it stale.
+                    v = counters.before_of(before, arg_idx)
+                    assert v is not None
                     set_versions([target], [v + info.version_bumps - 1])
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
@@ -297,7 +302,7 @@ class MetadataMutation:
                     # Eager's counter moved: its record of the view is taken again, in the geometry it ends in
                     # (the layers below wrote it back in the old one, where the record was taken).
                     retaken.append(target)
-            set_versions(targets, [v + info.version_bumps for v, (_, info) in zip(versions, final, strict=True)])
+            counters.finish(args, before)
             for target in retaken:
                 _retake_view_history(target)
             made: dict[int, torch.Tensor] = {}
@@ -369,10 +374,8 @@ class _MovedHistories(TorchFunctionMode):
             return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         with torch.enable_grad():
             stand_in = base.as_strided(value.shape, value.stride(), value.storage_offset())
-        version = stand_in._version
-        with torch.no_grad():
+        with uncounted(stand_in), torch.no_grad():  # it writes nothing
             stand_in.set_(value)  # type: ignore[call-overload]
-        torch._C._autograd._unsafe_set_version_counter((stand_in,), (version,))  # it writes nothing
         return stand_in
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -513,11 +516,9 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
     old = (tuple(target.shape), tuple(target.stride()), target.storage_offset())
-    counter = version(target)
-    with torch.no_grad():
-        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
     # The restride stands for eager's change later in the call, whose bump the caller counts at the end.
-    set_versions([target], [counter])
+    with uncounted(target), torch.no_grad():
+        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
     # Taken in grad mode whatever the caller's: it stands for the input itself, which eager's function uses
     # in grad mode too after the counter moves (a view taken under no_grad would then refuse it).
     with torch.enable_grad():

@@ -25,10 +25,11 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
+from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
-from wrappers.write_back import set_versions, version, write_back
+from wrappers.write_back import write_back
 
 __all__ = ["RuntimeEpilogue"]
 
@@ -41,10 +42,12 @@ class RuntimeEpilogue:
         self._user_to_graph: IndexMap[UserOut, GraphOut] = IndexMap()
         self._base_to_graph: IndexMap[IntermediateBase, GraphOut] = IndexMap()
         self._mutated_to_graph: IndexMap[UserArg, GraphOut] = IndexMap()
+        self._counter_groups: list[int] = []
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta = outer.meta
         self._outer_meta = meta
+        self._counter_groups = counter_groups(outer.args)
         computed = [UserOut(i) for i, info in enumerate(meta.output_info) if info.output_type == OutputType.NON_ALIAS]
         mutated = [UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_data]
         num_bases = meta.num_intermediate_bases
@@ -103,8 +106,9 @@ class RuntimeEpilogue:
         user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
         writes = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
         write_infos = [info for _, _, info in writes]
-        # Inputs whose version counter eager moved: views of them are replayed at eager's version.
-        tracked = [(UserArg(i), info.version_bumps) for i, info in enumerate(meta.input_info) if info.version_bumps]
+        # Inputs eager wrote or whose version counter it moved: views of them are replayed at eager's version.
+        moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
+        counters = Counters([(i, meta.input_info[i].version_bumps) for i in moved], self._counter_groups)
         # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
         hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
@@ -112,25 +116,12 @@ class RuntimeEpilogue:
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
         set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
-        if not writes and not tracked and not hidden_views and not set_inside and len(user_to_graph) == len(
-            meta.output_info
-        ):
+        if not counters and not hidden_views and not set_inside and len(user_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
 
         def run(args: list[torch.Tensor]) -> list[Any]:
-            versions = [version(args[arg]) for arg, _, _ in writes]
-            before = {arg: version(args[arg]) for arg, _ in tracked}
-            # Counters at eager's final values already, so what the compiled forward saves from memory
-            # shared with a written input is checked against the version eager's reads saw.
-            set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
-            try:
-                graph_outs = inner(args)
-            except BaseException:
-                set_versions(
-                    [args[arg] for arg, _ in tracked], [before[arg] for arg, _ in tracked]
-                )  # nothing half-done
-                raise
+            graph_outs, before = counters.call(inner, args, args)
             outs: list[Any] = [None] * len(plan)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
             for out_idx, info in plan:
@@ -141,14 +132,12 @@ class RuntimeEpilogue:
                 elif info.replay_before_write_back:
                     assert info.base_input is not None
                     base_input = info.base_input
-                    outs[out_idx] = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
+                    outs[out_idx] = replay_views(
+                        args[base_input], info.view_chain, made, counters.before_of(before, base_input)
+                    )
             if writes:
-                write_back(
-                    [args[arg] for arg, _, _ in writes],
-                    [graph_outs[out] for _, out, _ in writes],
-                    write_infos,
-                    versions,
-                )
+                write_back([args[arg] for arg, _, _ in writes], [graph_outs[out] for _, out, _ in writes], write_infos)
+                counters.finish(args, before)
             for out_idx, info in plan:
                 kind = info.output_type
                 alias = info.computed_alias
@@ -156,10 +145,8 @@ class RuntimeEpilogue:
                     # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
                     of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                     if alias.in_place:
-                        # Eager's in-place write was counted already (the write-back), not once more.
-                        counted = version(of_input)
-                        outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
-                        set_versions([of_input], [counted])
+                        with uncounted(of_input):  # eager's in-place write was counted already (the write-back)
+                            outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
@@ -170,7 +157,7 @@ class RuntimeEpilogue:
                 elif kind == OutputType.ALIAS_OF_INPUT:
                     assert info.base_input is not None
                     base_input = info.base_input
-                    out = replay_views(args[base_input], info.view_chain, made, before.get(base_input))
+                    out = replay_views(args[base_input], info.view_chain, made, counters.before_of(before, base_input))
                     outs[out_idx] = info.with_requires_grad_set_inside(out)
                 elif kind == OutputType.IS_OUTPUT:
                     assert info.base_output is not None
@@ -183,8 +170,7 @@ class RuntimeEpilogue:
                     if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]) and not base.requires_grad:
                         base.requires_grad_()  # its views require grad as eager's, from their base
                     outs[out_idx] = replay_views(base, info.view_chain, made)
-            if tracked:
-                set_versions([args[arg] for arg, _ in tracked], [before[arg] + bumps for arg, bumps in tracked])
+            counters.finish(args, before)
             return outs
 
         return run

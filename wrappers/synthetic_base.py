@@ -27,6 +27,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
 from meta.storage import overlaps, storage_extent, storage_key
+from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -39,7 +40,7 @@ from meta.view_and_mutation import (
 from wrappers.base import Runtime, Stage
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
 from wrappers.output_split import OutputSplit
-from wrappers.write_back import set_versions, version, write_back
+from wrappers.write_back import write_back
 
 __all__ = ["SyntheticBase", "clusters_to_merge", "span_base"]
 
@@ -165,6 +166,7 @@ class SyntheticBase:
         self._clusters: list[_Cluster] = []
         self._plain: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
+        self._counter_groups: list[int] = []
 
     @property
     def to_outer(self) -> IndexMap[BaseArg, tuple[UserArg, ...]]:
@@ -178,6 +180,7 @@ class SyntheticBase:
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
         self._meta = meta
+        self._counter_groups = counter_groups(args)
         clusters = [
             _Cluster(members, written, bool(written) and any(meta.input_info[m].offset_sensitive for m in members))
             for members in clusters_to_merge(args, meta)
@@ -270,6 +273,10 @@ class SyntheticBase:
         members = [m for cluster in clusters for m in cluster.members]
         function_views = _function_views(meta, split, set(members))
         infos = [[meta.input_info[m] for m in cluster.members] for cluster in clusters]
+        # The layer below sets the counters of the plain inputs it moves itself, from what it reads before.
+        moved_inside = [arg for arg in plain if meta.input_info[arg].version_bumps]
+        bumps = [(m, meta.input_info[m].version_bumps) for m in members]
+        counters = Counters(bumps, self._counter_groups, moved_inside)
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             bases = []
@@ -285,18 +292,7 @@ class SyntheticBase:
                 else:
                     targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
-            before = {m: version(args[m]) for m in members}
-            final = [before[m] + meta.input_info[m].version_bumps for m in members]
-            # As the epilogue does, for what the forward saves; but not a counter a plain input shares: the
-            # layer below reads that input's version before the call off it, and sets it to eager's itself.
-            shared = {storage_key(args[arg]) for arg in plain if meta.input_info[arg].version_bumps}
-            early_set = [i for i, m in enumerate(members) if storage_key(args[m]) not in shared]
-            set_versions([args[members[i]] for i in early_set], [final[i] for i in early_set])
-            try:
-                inner_outs = inner([*(args[arg] for arg in plain), *bases])
-            except BaseException:
-                set_versions([args[m] for m in members], [before[m] for m in members])  # nothing half-done
-                raise
+            inner_outs, before = counters.call(inner, [*(args[arg] for arg in plain), *bases], args)
             made: dict[int, torch.Tensor] = {}
 
             def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
@@ -304,25 +300,25 @@ class SyntheticBase:
                 assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
                     return args[base]
-                return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, before[base]))
+                at = counters.before_of(before, base)
+                return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, at))
 
             early = {
                 UserOut(i): rebuild(UserOut(i), info)
                 for i, info in enumerate(meta.output_info)
                 if UserOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            write_back(targets, inner_outs[num_kept:], target_infos, [version(t) for t in targets])
+            write_back(targets, inner_outs[num_kept:], target_infos)
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
-            set_versions([args[m] for m in members], final)  # before the views below are made: not stale
+            counters.finish(args, before)  # before the views below are made: not stale
             for out, alias in function_views.items():
                 # A Function's view of a merged input, computed on the base's copy: eager's aliases the caller's.
                 of_input = replay_views(args[alias.base_input], alias.view_chain, made)
                 if alias.in_place:
-                    counted = version(of_input)  # eager's in-place write was counted already
-                    outs[out] = with_history(AdoptHistory, of_input, outs[out])
-                    set_versions([of_input], [counted])
+                    with uncounted(of_input):  # eager's in-place write was counted already
+                        outs[out] = with_history(AdoptHistory, of_input, outs[out])
                 else:
                     outs[out] = with_history(ViewWithHistory, of_input, outs[out])
             for i, info in enumerate(meta.output_info):

@@ -13,21 +13,19 @@ import torch
 from meta.storage import one_index_per_element
 from meta.view_and_mutation import InputAliasInfo
 
-__all__ = ["set_versions", "version", "write_back"]
+__all__ = ["write_back"]
 
 
 def write_back(
     targets: Sequence[torch.Tensor],
     new_values: Sequence[torch.Tensor | None],
     infos: Sequence[InputAliasInfo],
-    versions_before: Sequence[int],
 ) -> None:
-    """Copy each new value into its target; autograd and version counters end as eager's did.
+    """Copy each new value into its target; autograd ends as eager's did.
 
     The copy is recorded by autograd exactly when eager's mutation was (not under
-    ``no_grad``, not through ``.data``/``detach()``); the version counter ends at
-    its value before the call plus the bumps eager made, however many in-place
-    ops our single ``copy_`` stands for.
+    ``no_grad``, not through ``.data``/``detach()``); the caller then sets the
+    version counters (``meta.versions.Counters``).
     """
     for target, new_value, info in zip(targets, new_values, infos, strict=True):
         if new_value is None:
@@ -42,15 +40,3 @@ def write_back(
         recorded = info.mutation_visible_to_autograd and (info.requires_grad or info.requires_grad_after)
         with torch.set_grad_enabled(recorded):
             target.copy_(new_value)
-    set_versions(targets, [v + info.version_bumps for v, info in zip(versions_before, infos, strict=True)])
-
-
-def version(tensor: torch.Tensor) -> int:
-    """The version counter; 0 for an inference tensor, which has none."""
-    return 0 if tensor.is_inference() else tensor._version
-
-
-def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
-    """Set version counters (shared by every view of the same memory) to eager's values."""
-    pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
-    torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))

@@ -3,8 +3,9 @@
 The forward runs the compiled forward graph and saves what it returns for the
 backward through ``ctx.save_for_backward`` (so autograd's version-counter
 checks see later in-place changes). The backward graph is compiled on the first
-backward only. A second derivative raises ``DoubleBackwardError`` rather than
-returning a silently wrong one. Where an autograd.Function's backward wrote a
+backward only. Run with grad mode on (``create_graph=True``), the backward is the
+higher-order backward instead (``aot.compile.higher_order``): a compiled function of its
+own, whose gradients carry history, so any order of derivative is eager's. Where an autograd.Function's backward wrote a
 saved input or its ``grad_output`` in place, the backward graph returns their
 new values too, copied into those tensors as eager's write landed in them.
 """
@@ -13,15 +14,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 
-__all__ = ["BoxedFn", "fresh_outputs", "make_training_runtime", "restride"]
+__all__ = ["BoxedFn", "HigherOrder", "fresh_outputs", "make_training_runtime", "restride"]
 
 # A compiled graph in the boxed convention: takes a list, returns a sequence.
 BoxedFn = Callable[[list[Any]], Sequence[Any]]
@@ -67,34 +70,67 @@ def _distinct(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
     return distinct
 
 
-def _saveable(saved: Sequence[Any]) -> tuple[Sequence[Any], torch.Tensor]:
-    """What the compiled forward saves, and an empty anchor tensor to save with it. Recorded under the
-    caller's inference mode (an autograd.Function in an ``enable_grad`` region), inference tensors among them
-    are copied outside it: autograd refuses to save those (eager's Function saved none, or raised)."""
+def _saveable(saved: Sequence[Any]) -> Sequence[Any]:
+    """What the compiled forward saves. Recorded under the caller's inference mode (an autograd.Function in
+    an ``enable_grad`` region), inference tensors among them are copied outside it: autograd refuses to
+    save those (eager's Function saved none, or raised)."""
     if not torch.is_inference_mode_enabled():
-        return saved, torch.empty(0)
+        return saved
     with torch.inference_mode(False):
-        normal = [v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for v in saved]
-        return normal, torch.empty(0)
+        return [v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for v in saved]
 
 
-class _CompiledBackward(torch.autograd.Function):
-    """Runs the compiled backward when the caller asked for a graph of it (``create_graph=True``).
+@dataclass(frozen=True)
+class HigherOrder:
+    """How a training pair's backward runs with grad mode on (``aot.compile.higher_order``).
 
-    Its own backward is the second derivative, which aotfx does not trace yet.
+    ``held``: the primal positions the forward keeps for it; ``written``: those among them the
+    function writes (kept as copies made with history, so the values are the call's).
+    ``compile`` builds, once, the compiled higher-order backward and the positions of the saved
+    values passed to it as they are; it takes held primals, those saved values and the tangents.
     """
 
+    held: Sequence[int]
+    written: frozenset[int]
+    compile: Callable[[], tuple[Callable[..., Any], Sequence[int]]]
+
+
+def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
+    if not higher_order.written:
+        return [args[p] for p in higher_order.held]  # the common case, on every call: references only
+    held = []
+    for p in higher_order.held:
+        arg = args[p]
+        if p in higher_order.written and isinstance(arg, torch.Tensor) and not torch.is_inference_mode_enabled():
+            with torch.enable_grad():
+                arg = arg.clone()  # the function's write lands in the caller's tensor after this call
+        held.append(arg)
+    return held
+
+
+def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
+    for tensor, version in zip(held, versions, strict=True):
+        if isinstance(tensor, torch.Tensor) and tensor._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{tensor.type()} {list(tensor.shape)}] is at version {tensor._version}; expected "
+                f"version {version} instead (an input of an aotfx-compiled function, which its higher-order "
+                "backward recomputes from)."
+            )
+
+
+class _NoDerivative(torch.autograd.Function):
+    """Gradients computed without history, given the history of ``edges``; their backward raises ``error``
+    again, as its type (never zeros, never a silently missing edge)."""
+
     @staticmethod
-    def forward(ctx: Any, run: Callable[[list[Any]], list[Any]], anchor: torch.Tensor, *tensors: Any) -> Any:
-        return tuple(run(list(tensors)))
+    def forward(ctx: Any, error: RuntimeError, grads: list[Any], *edges: torch.Tensor) -> Any:
+        ctx.error = error
+        return tuple(grads)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        raise DoubleBackwardError(
-            "double backward through an aotfx-compiled function is not supported: the compiled backward "
-            "has no derivative of its own. Compute the second derivative eagerly, or compile only the "
-            "part of the program that is differentiated once."
-        )
+        raise type(ctx.error)(str(ctx.error))
 
 
 def make_training_runtime(
@@ -102,6 +138,7 @@ def make_training_runtime(
     compile_backward: Callable[[], BoxedFn],
     meta: ViewAndMutationMeta,
     backward_writes: Sequence[int] = (),
+    higher_order: HigherOrder | None = None,
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -112,6 +149,7 @@ def make_training_runtime(
         backward_writes: the backward graph's placeholders (primals, then tangents) that an
             autograd.Function's backward wrote in place; the backward returns their new values
             after the gradients, and they are copied into the tensors passed there.
+        higher_order: how the backward runs with grad mode on; None: as with it off.
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
@@ -129,40 +167,65 @@ def make_training_runtime(
                     compiled_backward.append(compile_backward())
         return compiled_backward[0]
 
-    def run_backward(args: list[Any]) -> list[Any]:
-        return list(backward_fn()(args))
+    compiled_higher_order: list[tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError] = []
+
+    def higher_order_fn() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
+        assert higher_order is not None
+        if not compiled_higher_order:
+            with lock:
+                if not compiled_higher_order:
+                    try:
+                        compiled_higher_order.append(higher_order.compile())
+                    except DoubleBackwardError as error:
+                        compiled_higher_order.append(error)
+        return compiled_higher_order[0]
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
-            # An empty extra output: saved (as an output, so it holds no memory and no cycle), it comes
-            # back in the backward with this node as its grad_fn, the edge to the primals' history.
-            saved, anchor = _saveable(saved)
-            ctx.save_for_backward(*saved, anchor)
+            ctx.save_for_backward(*_saveable(saved))
+            if higher_order is not None:
+                # Held, not saved: the first-order backward does not read them, so it checks no versions.
+                ctx.held = _hold(args, higher_order)
+                ctx.held_versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in ctx.held]
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.
             ctx.written_primals = [args[p] for p in written_primals]
             ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
-            return (*outputs, anchor)
+            return tuple(outputs)
 
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
             tangents = [
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
-            *saved, anchor = ctx.saved_tensors
+            saved = ctx.saved_tensors
             args = [*saved, *tangents]
-            if torch.is_grad_enabled():
-                # create_graph=True: every gradient gets a history, through the anchor back to the
-                # primals, whose backward raises. Without it a gradient computed from saved values
-                # (which carry no history) would look constant: zeros, or a silently missing edge.
-                results = _CompiledBackward.apply(run_backward, anchor, *args)  # type: ignore[no-untyped-call]
-            else:
-                # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
-                # whatever the grad mode (as_strided_scatter of a non-contiguous one).
-                results = tuple(run_backward([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args]))
+            refused: RuntimeError | None = None
+            if (
+                higher_order is not None
+                and torch.is_grad_enabled()
+                and any(isinstance(t, torch.Tensor) and t.requires_grad for t in [*ctx.held, *tangents])
+            ):
+                # create_graph=True: gradients with history, back to the primals and the tangents.
+                _check_versions(ctx.held, ctx.held_versions)
+                compiled = higher_order_fn()
+                if isinstance(compiled, DoubleBackwardError):
+                    refused = compiled
+                else:
+                    fn, fed = compiled
+                    try:
+                        return tuple(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
+                    except RuntimeError as error:
+                        if missing_derivative(error) is None:
+                            raise
+                        refused = error  # eager's double backward raises it, its first-order one does not
+            # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
+            # whatever the grad mode (as_strided_scatter of a non-contiguous one).
+            with torch.no_grad():
+                results = backward_fn()([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args])
             if backward_writes:
                 tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
                 targets = [
@@ -173,14 +236,19 @@ def make_training_runtime(
                     for target, value in zip(targets, results[num_primals:], strict=True):
                         target, value = one_index_per_element(target, value)  # an expanded input: once each
                         target.copy_(value)
-            return results[:num_primals]
+            grads = tuple(results[:num_primals])
+            if refused is not None:
+                # No derivative to give: the first-order gradients, whose own backward raises why.
+                edges = [t for t in [*ctx.held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
+                return _NoDerivative.apply(refused, list(grads), *edges)  # type: ignore[no-untyped-call]
+            return grads
 
     def run(args: list[Any]) -> list[Any]:
         if not torch.is_grad_enabled():
             # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
             # record the call (the outputs eager made without one are marked non-differentiable).
             with torch.enable_grad():
-                return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
-        return list(CompiledFunction.apply(*args)[:-1])  # type: ignore[no-untyped-call]
+                return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
+        return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
 
     return run

@@ -8,7 +8,9 @@ inspection.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +20,10 @@ import torch.fx as fx
 from aot import logs
 from aot.backends import to_boxed
 from aot.cache import keys
-from aot.compile.autograd import fresh_outputs, make_training_runtime
+from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
 from aot.compile.descriptors import DESC, Primal
 from aot.compile.failures import backend_errors
+from aot.compile.higher_order import decompose_missing_derivative, held_primals, plan_higher_order
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
@@ -28,7 +31,7 @@ from meta.collect import CALLER_IN_INFERENCE_MODE, raised_by_eager_backward
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
-__all__ = ["CompiledEntry", "compile_core", "runtime_from_graphs"]
+__all__ = ["CompileFunction", "CompiledEntry", "compile_core", "runtime_from_graphs"]
 
 
 @dataclass
@@ -44,14 +47,25 @@ class CompiledEntry:
     compile_seconds: float = 0.0
     backward_compile_seconds: float = 0.0
     runtime: Runtime | None = None
+    # The backward compiled as a function of its own (an ``AOTFunction``), once a backward ran with
+    # grad mode on: its entries hold the second-order graphs, and theirs the third-order ones.
+    higher_order: Any = None
     # (flat tensor position, storage offset) the entry is specialized on: its program reads
     # storage at absolute offsets there.
     offset_guard: tuple[tuple[int, int], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runtime:
-    """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``."""
+# Compiles a function as aotfx compiles any (``AOTFunction(fn, config, leading_names)``): the core hands it
+# the higher-order backward, and the API, which owns it, hands it to the core.
+CompileFunction = Callable[[Callable[..., Any], AOTConfig, list[str]], Any]
+
+
+def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_function: CompileFunction) -> Runtime:
+    """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``.
+
+    ``compile_function`` compiles the backward as a function of its own when a backward runs with
+    grad mode on (``aot.compile.higher_order``)."""
     meta = stage.meta
     entry.core_meta = meta
     # Under the caller's inference mode only an autograd.Function in an enable_grad region records (built-in
@@ -78,7 +92,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry) -> Runti
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
     _mark_static_inputs(entry, meta)
-    return runtime_from_graphs(meta, config, entry)
+    return runtime_from_graphs(meta, config, entry, compile_function)
 
 
 def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta) -> None:
@@ -118,7 +132,11 @@ def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
 
 
 def runtime_from_graphs(
-    meta: ViewAndMutationMeta, config: AOTConfig, entry: CompiledEntry, restored: bool = False
+    meta: ViewAndMutationMeta,
+    config: AOTConfig,
+    entry: CompiledEntry,
+    compile_function: CompileFunction,
+    restored: bool = False,
 ) -> Runtime:
     """Compile the entry's forward/backward pair, or its inference graph, into the core's runtime.
 
@@ -138,7 +156,10 @@ def runtime_from_graphs(
             entry.backward_compile_seconds = time.perf_counter() - start
             return compiled
 
-        return make_training_runtime(forward, compile_backward, meta, entry.extra.get("backward_writes", ()))
+        higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm, compile_function)
+        return make_training_runtime(
+            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order
+        )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
 
@@ -147,6 +168,41 @@ def runtime_from_graphs(
             return fresh_outputs(compiled(list(args)))
 
     return run_inference
+
+
+def _higher_order(
+    meta: ViewAndMutationMeta,
+    config: AOTConfig,
+    entry: CompiledEntry,
+    forward_gm: fx.GraphModule,
+    backward_gm: fx.GraphModule,
+    compile_function: CompileFunction,
+) -> HigherOrder:
+    """How the pair's backward runs with grad mode on: as a function aotfx compiles on first use."""
+    num_outputs = len(meta.output_info)
+    held = held_primals(forward_gm, num_outputs)
+    placeholders = [node for node in forward_gm.graph.nodes if node.op == "placeholder"]
+    written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
+
+    def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
+        plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
+        names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
+        inner = dataclasses.replace(config, num_params_buffers=0)
+        entry.higher_order = compile_function(plan.graph, inner, names)
+
+        def call(*args: Any) -> Any:
+            while True:
+                try:
+                    return entry.higher_order(*args)
+                except RuntimeError as error:
+                    if not decompose_missing_derivative(error, plan.graph):
+                        raise  # an op without derivative: eager's double backward raises it too
+                    # Traced again with the op decomposed, as eager's backward computes it with grad mode on.
+                    entry.higher_order = compile_function(plan.graph, inner, names)
+
+        return call, plan.fed
+
+    return HigherOrder(held, written, compile_higher_order)
 
 
 def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:

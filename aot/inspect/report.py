@@ -59,10 +59,23 @@ def _entry(compiled: Any) -> CompiledEntry:
 
 
 def graphs(compiled: Any) -> dict[str, fx.GraphModule]:
-    """The entry's graphs by kind (``joint``, ``forward``, ``backward``, ``inference``), those that exist."""
+    """The entry's graphs by kind (``joint``, ``forward``, ``backward``, ``inference``), those that exist.
+
+    Once a backward ran with grad mode on, the higher-order backward's graphs follow, prefixed by
+    their order: ``order2_joint``, ``order2_forward`` (the saved values recomputed, then the first
+    backward), ``order2_backward`` (the second derivative), then ``order3_...``.
+    """
     entry = _entry(compiled)
-    kinds = {"joint": entry.joint, "forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
-    return {kind: gm for kind, gm in kinds.items() if gm is not None}
+    found: dict[str, fx.GraphModule] = {}
+    order = 1
+    while True:
+        kinds = {"joint": entry.joint, "forward": entry.forward, "backward": entry.backward}
+        kinds["inference"] = entry.inference
+        prefix = f"order{order}_" if order > 1 else ""
+        found |= {prefix + kind: gm for kind, gm in kinds.items() if gm is not None}
+        if entry.higher_order is None or not entry.higher_order.entries:
+            return found
+        entry, order = entry.higher_order.entries[-1], order + 1
 
 
 def graph_code(gm: fx.GraphModule) -> str:
@@ -291,7 +304,7 @@ def report(compiled: Any) -> str:
     entry = _entry(compiled)
     parts = [f"compiled in {entry.compile_seconds * 1e3:.1f} ms", "meta:", entry.meta.describe()]
     for kind, gm in graphs(entry).items():
-        if kind != "joint":
+        if not kind.endswith("joint"):
             parts += [f"{kind} graph ({sum(op_counts(gm).values())} ops):", graph_code(gm)]
     parts += ["op counts:", op_count_table(entry)]
     if entry.backward is not None:

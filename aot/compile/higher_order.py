@@ -1,0 +1,227 @@
+"""The backward as a differentiable function of its own, for gradients of gradients.
+
+A training pair's backward reads the values the forward saved. They were computed without
+autograd, so a backward run with grad mode on (``create_graph=True``) would have no path from
+them back to the primals. The higher-order backward instead recomputes them: it is one graph,
+
+    grads_of(held primals..., fed saved values..., tangents...) -> one gradient per primal
+
+made of the forward's part computing the saved values followed by the backward, and is compiled
+by aotfx itself like any function (trace of its own joint, partition, backend, one entry per
+input signature), so its gradients carry history back to the primals and the tangents. Its own
+backward, run with grad mode on, does the same again: any order works.
+
+*Held* primals are those the saved values are computed from: the runtime keeps them (by
+reference; a copy where the function writes them, so the recomputation reads the values of the
+call). *Fed* saved values are those computed from a random draw and from no primal (a dropout
+mask): recomputing would draw again, so they are passed as they were saved. A saved value
+recomputed from a draw the forward did not save is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._decomp import decomposition_table
+from torch._prims.rng_prims import run_and_save_rng_state
+
+from aot.compile.descriptors import DESC, InputWrite, Saved
+from aot.compile.partition import ancestors, is_random, output_values
+from aot.errors import DoubleBackwardError
+
+__all__ = [
+    "HigherOrderPlan",
+    "decompose_missing_derivative",
+    "held_primals",
+    "missing_derivative",
+    "plan_higher_order",
+]
+
+
+def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
+    return [node for node in gm.graph.nodes if node.op == "placeholder"]
+
+
+def _draws(node: fx.Node) -> bool:
+    return node.op == "call_function" and (is_random(node) or node.target is run_and_save_rng_state)
+
+
+def _saved_nodes(forward: fx.GraphModule, num_outputs: int) -> list[Any]:
+    return output_values(forward)[num_outputs:]
+
+
+_aten = torch.ops.aten
+# Ops reading only the shape of their tensor arguments, not the values.
+_SHAPE_ONLY = frozenset({
+    _aten.empty_like.default, _aten.zeros_like.default, _aten.ones_like.default, _aten.full_like.default,
+    _aten.rand_like.default, _aten.randn_like.default, _aten.new_empty.default, _aten.new_zeros.default,
+    _aten.new_ones.default, _aten.new_full.default,
+})  # fmt: skip
+
+
+def _values_read(node: fx.Node) -> set[fx.Node]:
+    """``node`` and the nodes whose values it is computed from (not those whose shape only it reads)."""
+    seen: set[fx.Node] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            if current.target not in _SHAPE_ONLY:
+                stack.extend(current.all_input_nodes)
+    return seen
+
+
+def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
+    """Saved values computed from a random draw and from no primal's values: passed as saved, not drawn again."""
+    primals = set(_placeholders(forward))
+    fed = set()
+    for node in saved:
+        if isinstance(node, fx.Node) and node not in primals:
+            read = _values_read(node)
+            if any(_draws(n) for n in read) and not read & primals:
+                fed.add(node)
+    return fed
+
+
+def _recomputed(forward: fx.GraphModule, num_outputs: int) -> tuple[list[Any], set[fx.Node], set[fx.Node]]:
+    """The saved values, those fed, and the forward's nodes the higher-order backward runs again."""
+    saved = _saved_nodes(forward, num_outputs)
+    fed = _fed(forward, saved)
+    return saved, fed, ancestors([node for node in saved if node not in fed], stop=fed)
+
+
+def held_primals(forward: fx.GraphModule, num_outputs: int) -> list[int]:
+    """The primal positions the forward's saved values are computed from."""
+    needed = _recomputed(forward, num_outputs)[2]
+    return [i for i, node in enumerate(_placeholders(forward)) if node in needed]
+
+
+@dataclass(frozen=True)
+class HigherOrderPlan:
+    """The higher-order backward's graph and where its inputs come from."""
+
+    graph: fx.GraphModule
+    held: list[int]  # primal positions, its first inputs
+    fed: list[int]  # positions among the forward's saved values, its next inputs; then the tangents
+
+
+def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int) -> HigherOrderPlan:
+    """The backward of a training pair as one graph over held primals, fed saved values and tangents.
+
+    Raises:
+        DoubleBackwardError: where the backward has no derivative aotfx can give (an
+            autograd.Function's backward writing its inputs; a saved value recomputed from a
+            random draw the forward did not save).
+    """
+    if any(isinstance(desc, InputWrite) for desc in backward.graph.output_node().meta.get(DESC, [])):
+        raise DoubleBackwardError(
+            "double backward through an aotfx-compiled function whose autograd.Function backward writes its "
+            "saved input or grad_output in place is not supported: that write has no derivative. Clone in the "
+            "Function's backward instead of writing in place."
+        )
+    primals = _placeholders(forward)
+    saved, fed, needed = _recomputed(forward, num_outputs)
+    held = held_primals(forward, num_outputs)
+    draw = next((node for node in forward.graph.nodes if node in needed and _draws(node)), None)
+    if draw is not None:
+        raise DoubleBackwardError(
+            f"double backward through an aotfx-compiled function: the forward's random draw {draw.name} is needed "
+            "to recompute a saved value, and drawing again would give other numbers. Differentiate once, or let "
+            "the partitioner save the draw itself (the default partitioner saves a dropout mask)."
+        )
+
+    graph = fx.Graph()
+    root = torch.nn.Module()
+    env: dict[fx.Node, fx.Node] = {}
+    for i in held:
+        env[primals[i]] = _placeholder(graph, primals[i])
+    fed_positions = [k for k, node in enumerate(saved) if node in fed]
+    for k in fed_positions:
+        env[saved[k]] = _placeholder(graph, saved[k], Saved(saved[k].name))
+    _copy_nodes(graph, root, forward, needed, env, "forward")
+
+    backward_inputs = _placeholders(backward)
+    for k, node in enumerate(backward_inputs):
+        if k < len(saved):
+            value = saved[k]
+            env[node] = env[value] if isinstance(value, fx.Node) else value
+        else:
+            env[node] = _placeholder(graph, node)
+    _copy_nodes(graph, root, backward, set(backward.graph.nodes), env, "backward")
+    grads = output_values(backward)[: len(primals)]
+    output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
+    output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
+    graph.eliminate_dead_code()
+    graph.lint()
+    return HigherOrderPlan(fx.GraphModule(root, graph, "BackwardAsFunction"), held, fed_positions)
+
+
+def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
+    placeholder = graph.placeholder(node.name)
+    placeholder.meta = dict(node.meta)
+    if desc is not None:
+        placeholder.meta[DESC] = desc
+    return placeholder
+
+
+def _copy_nodes(
+    graph: fx.Graph,
+    root: torch.nn.Module,
+    gm: fx.GraphModule,
+    nodes: set[fx.Node],
+    env: dict[fx.Node, fx.Node],
+    side: str,
+) -> None:
+    """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side."""
+    for node in gm.graph.nodes:
+        if node not in nodes or node in env or node.op in ("placeholder", "output"):
+            continue
+        copied = graph.node_copy(node, lambda arg: env[arg])
+        if node.op == "get_attr":
+            name = f"{side}_{node.target}".replace(".", "_")
+            setattr(root, name, _attr(gm, str(node.target)))
+            copied.target = name
+        env[node] = copied
+
+
+def _attr(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+_MISSING_DERIVATIVE = re.compile(r"derivative for (?:aten::)?'?(\w+)'? is not implemented")
+
+
+def missing_derivative(error: BaseException) -> str | None:
+    """The op (``aten::silu_backward``) whose derivative ``error`` says is not implemented, if it says so."""
+    found = _MISSING_DERIVATIVE.search(str(error))
+    return f"aten::{found.group(1)}" if found is not None else None
+
+
+def decompose_missing_derivative(error: BaseException, gm: fx.GraphModule) -> bool:
+    """Decompose, in ``gm``, the op whose derivative ``error`` says is missing; False if it cannot.
+
+    A backward op eager never differentiates (``silu_backward``, ``native_group_norm_backward``):
+    with grad mode on, eager's backward computes it with differentiable ops instead. The node
+    calls torch's decomposition of the op, which runs those ops when the graph is traced.
+    """
+    op_name = missing_derivative(error)
+    nodes = [
+        node
+        for node in gm.graph.nodes
+        if isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.name == op_name
+        and node.target in decomposition_table
+    ]
+    for node in nodes:
+        node.target = decomposition_table[node.target]
+    gm.recompile()
+    return bool(nodes)

@@ -1,0 +1,124 @@
+"""Eager's version-counter rule, stated once.
+
+Every view of one base and every ``detach()`` of any of them share ONE
+version counter (``.data`` gets a counter of its own, an inference tensor has
+none); each in-place op bumps it once. A compiled call replaces eager's
+in-place ops with one ``copy_`` (or none), so a layer writing an input back
+sets its counter itself: read before the call, set to eager's final value
+before the inner call (what the compiled forward saves is checked against the
+version eager's reads saw), back to the value before if the call raises, and
+to eager's final value after the write-back. :class:`Counters` does it, once
+per shared counter, over groups computed when the function is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+__all__ = ["Counters", "counter_groups", "set_versions", "uncounted", "version"]
+
+
+def version(tensor: torch.Tensor) -> int:
+    """The version counter; 0 for an inference tensor, which has none."""
+    return 0 if tensor.is_inference() else tensor._version
+
+
+def set_versions(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> None:
+    """Set version counters (shared by every view of the same memory) to eager's values."""
+    pairs = [(t, v) for t, v in zip(tensors, versions, strict=True) if not t.is_inference()]
+    torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in pairs), tuple(v for _, v in pairs))
+
+
+@contextlib.contextmanager
+def uncounted(tensor: torch.Tensor) -> Iterator[None]:
+    """An in-place op standing for none of eager's (or for one counted elsewhere): the counter stays."""
+    counter = version(tensor)
+    yield
+    set_versions([tensor], [counter])
+
+
+def counter_groups(tensors: Sequence[object]) -> list[int]:
+    """Each tensor's group: the position of the first of ``tensors`` sharing its version counter (its own
+    position where none does, and for a non-tensor or an inference tensor). Python cannot name a counter:
+    setting each to a distinct value in turn leaves the last set value on every member of a group."""
+    probed = [(i, t) for i, t in enumerate(tensors) if isinstance(t, torch.Tensor) and not t.is_inference()]
+    before = tuple(t._version for _, t in probed)
+    start = max(before, default=0) + 1
+    torch._C._autograd._unsafe_set_version_counter(
+        tuple(t for _, t in probed), tuple(range(start, start + len(probed)))
+    )
+    marks = [t._version for _, t in probed]
+    torch._C._autograd._unsafe_set_version_counter(tuple(t for _, t in probed), before)
+    groups = list(range(len(tensors)))
+    first: dict[int, int] = {}
+    for (position, _), mark in zip(probed, marks, strict=True):
+        groups[position] = first.setdefault(mark, position)
+    return groups
+
+
+class Counters:
+    """The counters of some of a layer's arguments, each moved by eager's bumps.
+
+    ``bumps`` pairs an argument position with the bumps eager made to its
+    counter; of arguments sharing one counter (``groups``, from
+    :func:`counter_groups` at compile time) only the first is set: setting it
+    sets them all. ``moved_inside``: positions whose counters the inner layer
+    reads before its call and moves itself, not set before it.
+    """
+
+    def __init__(
+        self, bumps: Iterable[tuple[int, int]], groups: Sequence[int], moved_inside: Iterable[int] = ()
+    ) -> None:
+        first: dict[int, int] = {}  # group -> slot
+        positions: list[int] = []
+        counts: list[int] = []
+        self._slot: dict[int, int] = {}
+        for position, count in bumps:
+            slot = self._slot[position] = first.setdefault(groups[position], len(positions))
+            if slot == len(positions):
+                positions.append(position)
+                counts.append(count)
+        self.positions, self.bumps = tuple(positions), tuple(counts)
+        inner = {groups[p] for p in moved_inside}
+        self._early = tuple((slot, p, counts[slot]) for slot, p in enumerate(positions) if groups[p] not in inner)
+
+    def __bool__(self) -> bool:
+        return bool(self.positions)
+
+    def read(self, args: Sequence[torch.Tensor]) -> tuple[int, ...]:
+        """The counters before the call."""
+        return tuple(version(args[p]) for p in self.positions)
+
+    def before_of(self, before: Sequence[int], position: int) -> int | None:
+        """``position``'s counter before the call, if it is one of these."""
+        slot = self._slot.get(position)
+        return None if slot is None else before[slot]
+
+    def call(
+        self, inner: Callable[[Any], T], inner_args: Any, args: Sequence[torch.Tensor]
+    ) -> tuple[T, tuple[int, ...]]:
+        """``inner(inner_args)`` with the counters at eager's final values already (what the compiled forward
+        saves is checked against the version eager's reads saw), back where they were if it raises; and the
+        counters before."""
+        before = self.read(args)
+        set_versions([args[p] for _, p, _ in self._early], [before[s] + b for s, _, b in self._early])
+        try:
+            return inner(inner_args), before
+        except BaseException:
+            self.restore(args, before)  # nothing half-done
+            raise
+
+    def finish(self, args: Sequence[torch.Tensor], before: Sequence[int]) -> None:
+        """Set the counters to eager's values after the call: however many in-place ops (or none) a write-back
+        stands for, eager's bumps."""
+        set_versions([args[p] for p in self.positions], [v + b for v, b in zip(before, self.bumps, strict=True)])
+
+    def restore(self, args: Sequence[torch.Tensor], before: Sequence[int]) -> None:
+        """Set the counters back to their values before the call."""
+        set_versions([args[p] for p in self.positions], before)

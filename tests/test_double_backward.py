@@ -1,0 +1,373 @@
+"""Higher-order gradients through compiled functions (issue 16): eager is the oracle.
+
+Each test differentiates the compiled function two or three times (``create_graph=True``, then
+a gradient of the gradient) and compares every derivative with eager's on the same inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aot
+from aot.demo import Block, GPTConfig
+from tests.oracle import assert_close, clone_args, derivatives
+
+
+def seeded(*shapes: tuple[int, ...], requires_grad: bool = True, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(shape, generator=generator).requires_grad_(requires_grad) for shape in shapes)
+
+
+def _returning(value: Any) -> Callable[[], Any]:
+    """A function of no arguments returning ``value`` (already computed from the leaves differentiated)."""
+    return lambda: value
+
+
+def check_orders(
+    fn: Callable[..., Any], args: Sequence[torch.Tensor], order: int = 2, model: bool = False, **kw: Any
+) -> Any:
+    """Eager and ``aot_function(fn)`` agree on every derivative up to ``order`` (and the final ``.grad``)."""
+    compiled = kw.pop("compiled", None) or aot.aot_function(fn, aot.nop)
+    eager = derivatives(fn, clone_args(args), order)
+    actual = derivatives(compiled, clone_args(args), order)
+    assert_close(actual, eager, grad=True, model=model)
+    return compiled
+
+
+def _module_orders(model: torch.nn.Module, x: torch.Tensor, order: int, **compile_kw: Any) -> None:
+    """A module and ``aot_module`` of its copy agree on every derivative w.r.t. the input and parameters."""
+    compiled = aot.aot_module(copy.deepcopy(model), aot.nop, **compile_kw)
+    results = []
+    for module in (model, compiled):
+        inp = x.detach().clone().requires_grad_()
+        results.append(derivatives(module, [inp], order, wrt=[inp, *module.parameters()]))
+    assert_close(results[1], results[0], grad=True, model=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+
+
+@pytest.mark.parametrize("activation", [torch.nn.Tanh, torch.nn.GELU])
+@pytest.mark.parametrize("order", [2, 3])
+def test_mlp(activation: type[torch.nn.Module], order: int) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 8), activation(), torch.nn.Linear(8, 8), activation(), torch.nn.Linear(8, 2)
+    )
+    _module_orders(model, seeded((4, 5))[0], order)
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_conv_net(order: int) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 4, 3, padding=1),
+        torch.nn.Softplus(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Conv2d(4, 3, 3),
+        torch.nn.Tanh(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(3, 2),
+    )
+    _module_orders(model, seeded((2, 2, 6, 6))[0], order)
+
+
+def test_attention_block() -> None:
+    torch.manual_seed(0)
+    config = GPTConfig(seq_len=6, d_model=16, n_heads=2)
+    _module_orders(Block(config), seeded((2, 6, 16))[0], 2)
+
+
+def test_attention_block_third_order() -> None:
+    torch.manual_seed(0)
+    config = GPTConfig(seq_len=4, d_model=8, n_heads=2)
+    _module_orders(Block(config), seeded((1, 4, 8))[0], 3)
+
+
+@pytest.mark.parametrize("partitioner", ["min_cut", "budget"])
+def test_mlp_under_rematerializing_partitioners(partitioner: str) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    options: dict[str, Any] = (
+        {"partition_fn": aot.min_cut_rematerialization_partition}
+        if partitioner == "min_cut"
+        else {"activation_memory_budget": 0.3}
+    )
+    _module_orders(model, seeded((4, 5))[0], 2, **options)
+
+
+# --------------------------------------------------------------------------------------------
+# Hessian-vector products, gradient penalties
+
+
+def test_hvp_over_a_compiled_function() -> None:
+    a = seeded((5, 4), requires_grad=False)[0]
+
+    def f(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.gelu(a @ w).pow(2).sum() + w.sin().sum()
+
+    compiled = aot.aot_function(f, aot.nop)
+    w, v = seeded((4,), (4,), requires_grad=False, seed=1)
+    eager = torch.autograd.functional.hvp(lambda w: f(a, w), w, v)
+    actual = torch.autograd.functional.hvp(lambda w: compiled(a, w), w, v)
+    assert eager[1].abs().sum() > 0
+    assert_close(actual, eager, grad=True)
+    # Again: the higher-order backward compiled once, reused.
+    higher = compiled.entries[-1].higher_order
+    assert higher is not None and len(higher.entries) == 1
+    assert_close(torch.autograd.functional.hvp(lambda w: compiled(a, w), w, v), eager, grad=True)
+    assert compiled.entries[-1].higher_order is higher and len(higher.entries) == 1
+
+
+def _critic() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+    )
+
+
+def _wgan_gp_steps(critic: torch.nn.Module, steps: int = 3) -> list[torch.Tensor]:
+    """WGAN-GP critic steps: Wasserstein loss plus the penalty on the gradient norm at interpolates."""
+    optimizer = torch.optim.SGD(critic.parameters(), lr=0.05)
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(steps):
+        real, fake = torch.randn(8, 6, generator=generator), torch.randn(8, 6, generator=generator)
+        alpha = torch.rand(8, 1, generator=generator)
+        interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_()
+        (grad,) = torch.autograd.grad(critic(interpolates).sum(), interpolates, create_graph=True)
+        penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+        loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return [p.detach().clone() for p in critic.parameters()]
+
+
+def test_wgan_gp_with_aot_module() -> None:
+    eager = _wgan_gp_steps(_critic())
+    assert_close(_wgan_gp_steps(aot.aot_module(_critic(), aot.nop)), eager, model=True, grad=True)
+
+
+def test_wgan_gp_with_torch_compile() -> None:
+    torch._dynamo.reset()
+    eager = _wgan_gp_steps(_critic())
+    compiled = torch.compile(_critic(), backend="aotfx")
+    assert_close(_wgan_gp_steps(compiled), eager, model=True, grad=True)  # type: ignore[arg-type]
+
+
+def test_gradient_penalty_inside_the_compiled_function() -> None:
+    """``autograd.grad(create_graph=True)`` inside the function is traced into the forward, and the
+    outer backward differentiates it again."""
+
+    def step(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        x = x.detach().requires_grad_()
+        out = torch.tanh(x @ w1) @ w2
+        (grad,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return out.mean() + ((grad.norm(2, dim=1) - 1) ** 2).mean()
+
+    w1, w2 = seeded((6, 8), (8, 1))
+    x = seeded((4, 6), requires_grad=False, seed=1)[0]
+    check_orders(step, (w1, w2, x), order=1)  # the penalty's own second derivative, traced in the forward
+    check_orders(step, (w1, w2, x), order=2)  # and its third
+
+
+# --------------------------------------------------------------------------------------------
+# Entries and reuse
+
+
+def test_double_backward_after_a_first_order_backward() -> None:
+    """The same entry first differentiated once (grad mode off in its backward), then twice: the
+    higher-order backward is compiled then, the first-order one is not reused for it."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * w).pow(3).sum()
+
+    compiled = aot.aot_function(f, aot.nop)
+    x, w = seeded((5,), (5,))
+    compiled(x, w).backward()
+    assert_close((x.grad, w.grad), torch.autograd.grad(f(x, w), (x, w)), grad=True)
+    entry = compiled.entries[-1]
+    assert entry.higher_order is None  # grad mode off in the backward: nothing more compiled
+    check_orders(f, (x, w), compiled=compiled)
+    assert len(compiled.entries) == 1 and entry.higher_order is not None
+
+
+def test_create_graph_where_the_gradient_is_constant() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum()
+
+    compiled = aot.aot_function(f, aot.nop)
+    for fn in (f, compiled):
+        x = seeded((3,))[0]
+        (grad,) = torch.autograd.grad(fn(x), x, create_graph=True)
+        assert not grad.requires_grad
+        assert_close(grad, torch.full((3,), 2.0))
+    assert compiled.entries[-1].higher_order is None  # nothing to differentiate again: first-order graph
+
+
+def test_inspection_shows_the_higher_order_graphs() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin().sum()
+
+    compiled = aot.aot_function(f, aot.nop)
+    check_orders(f, seeded((4,)), order=3, compiled=compiled)
+    graphs = aot.inspect.graphs(compiled)
+    assert {"forward", "backward", "order2_forward", "order2_backward", "order3_forward"} <= set(graphs)
+    assert "order2_backward" in compiled.report()
+
+
+# --------------------------------------------------------------------------------------------
+# Mutation and aliasing programs
+
+
+def test_buffer_written_in_place() -> None:
+    def f(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        buf.add_(1)
+        return (x * buf).tanh()
+
+    x = seeded((4,))[0]
+    buf = seeded((4,), requires_grad=False, seed=1)[0]
+    eager_buf, compiled_buf = buf.clone(), buf.clone()
+    eager = derivatives(f, [x.detach().clone().requires_grad_(), eager_buf], 2, wrt=[])
+    compiled = aot.aot_function(f, aot.nop)
+    actual = derivatives(compiled, [x.detach().clone().requires_grad_(), compiled_buf], 2)
+    assert_close(actual, eager, grad=True)
+    assert_close(compiled_buf, eager_buf)
+
+
+def test_non_leaf_input_written_in_place() -> None:
+    def f(y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y.mul_(w)
+        return (y * y).sin()
+
+    results = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, w = seeded((4,), (4,))
+        y = x * 1
+        out = fn(y, w)
+        found = derivatives(_returning(out), [], 2, wrt=[x, w])
+        results.append((found, y.detach()))
+    assert_close(results[1], results[0], grad=True)
+
+
+def test_view_outputs() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = (x @ w).tanh()
+        return h.t(), h.view(-1)[1:], x.unsqueeze(0)
+
+    check_orders(f, seeded((3, 4), (4, 5)), order=3)
+
+
+def test_aliased_inputs() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sin() + a.exp()
+
+    base = seeded((6,))[0]
+    results = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x = base.detach().clone().requires_grad_()
+        y = x * 2
+        out = fn(y[:3], y[3:])
+        results.append(derivatives(_returning(out), [], 2, wrt=[x]))
+    assert_close(results[1], results[0], grad=True)
+
+
+def test_same_tensor_twice() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b.tanh()).sum()
+
+    results = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x = seeded((5,))[0]
+        out = fn(x, x)
+        results.append(derivatives(_returning(out), [], 3, wrt=[x]))
+    assert_close(results[1], results[0], grad=True)
+
+
+def test_dropout_reuses_the_forwards_draw() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.dropout((x @ w).tanh(), 0.5, training=True).pow(2).sum()
+
+    x, w = seeded((4, 6), (6, 5))
+    torch.manual_seed(7)
+    eager = derivatives(f, clone_args((x, w)), 2)
+    compiled = aot.aot_function(f, aot.nop)
+    torch.manual_seed(7)
+    actual = derivatives(compiled, clone_args((x, w)), 2)
+    assert_close(actual, eager, grad=True)
+
+
+def test_tangents_requiring_grad() -> None:
+    """A vector-Jacobian product differentiated w.r.t. its vector (the tangent) and the primals."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).sigmoid()
+
+    results = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, w, v = seeded((3, 4), (4, 2), (3, 2))
+        (gx,) = torch.autograd.grad(fn(x, w), x, v, create_graph=True)
+        (gx * gx).sum().backward()
+        results.append((gx.detach(), x.grad, w.grad, v.grad))
+    assert_close(results[1], results[0], grad=True)
+
+
+# --------------------------------------------------------------------------------------------
+# OpInfo: a few ops in CI; benchmarks/opinfo_double_backward.py sweeps the whole subset.
+
+CI_OPS = ["tanh", "mul", "pow", "mm", "softmax", "nn.functional.layer_norm", "nn.functional.conv2d", "logsumexp"]
+
+
+@pytest.mark.parametrize("name", CI_OPS)
+def test_opinfo_double_backward(name: str) -> None:
+    from benchmarks.opinfo_double_backward import check_op
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = check_op(name, samples=2)
+    assert outcome in ("pass", "eager fails"), f"{name}: {outcome}"
+    assert outcome == "pass"
+
+
+# --------------------------------------------------------------------------------------------
+# Limits left: a clear DoubleBackwardError at the second backward, first-order gradients still eager's.
+
+
+def test_function_whose_backward_writes_its_saved_input_refuses_the_second_derivative() -> None:
+    from aot.errors import DoubleBackwardError
+    from tests.functions import ScalesBySavedThenDoublesIt
+
+    def f(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return ScalesBySavedThenDoublesIt.apply(x.sin(), scale).pow(2).sum()
+
+    firsts = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, scale = seeded((3,))[0], torch.full((3,), 2.0)
+        (grad,) = torch.autograd.grad(fn(x, scale), x, create_graph=True)
+        firsts.append((grad.detach(), scale))
+    assert_close(firsts[1], firsts[0], grad=True)
+    assert grad.requires_grad
+    with pytest.raises(DoubleBackwardError, match="writes its saved input"):
+        grad.sum().backward()
+
+
+def test_op_without_a_second_derivative_raises_eagers_error_at_the_second_backward() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cdist(x, y).pow(2).sum()  # _cdist_backward has no derivative, in eager too
+
+    errors = []
+    for fn in (f, aot.aot_function(f, aot.nop)):
+        x, y = seeded((3, 2), (4, 2))
+        (gx,) = torch.autograd.grad(fn(x, y), x, create_graph=True)
+        with pytest.raises(RuntimeError) as raised:
+            gx.sum().backward()
+        errors.append((type(raised.value), str(raised.value)))
+    assert errors[1] == errors[0]

@@ -1,0 +1,175 @@
+"""Version counters: eager's rule is that every view of one base and every ``detach()`` of them share ONE
+counter (``.data`` has its own), bumped once per in-place op on any of them.
+
+Differential tests against eager with ``tests/oracle.py`` (which compares each input's counter bumps), from the
+fuzzer's class ``wrong: version counter bumps`` (seed 20) and the kinds of inputs it stands for.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from meta.versions import counter_groups
+from tests.oracle import check, check_in_mode, mode_params
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _non_leaf() -> torch.Tensor:
+    return torch.randn(24, generator=_gen()).requires_grad_() * 1
+
+
+# Class 1 (program 8636, shrunk): two overlapping views of one non-leaf, the first detach()ed: written through
+# the detach(), both counters move (one counter); the fakes gave the detach() a counter of its own.
+def _neg_first(a0, a1):
+    a0.neg_()
+    return ()
+
+
+def _detached_view_and_expanded_view():
+    s0 = _non_leaf()
+    return (s0[1:4].detach(), s0[3:6].expand(2, 3))
+
+
+def _views_of_one_non_leaf():
+    s0 = _non_leaf()
+    return (s0[1:4], s0[3:6].expand(2, 3))
+
+
+# A .data alias has a counter of its own: only the written input's moves.
+def _data_view_and_view():
+    s0 = _non_leaf()
+    return (s0[1:4].data, s0[3:6])
+
+
+# Disjoint views (no synthetic base): the write still moves the other's counter.
+def _mul_first(a0, a1):
+    a0.mul_(2)
+    return (a1 + 1,)
+
+
+def _detached_and_disjoint_view():
+    s0 = _non_leaf()
+    return (s0[0:4].detach(), s0[8:12])
+
+
+# A detach().requires_grad_() leaf shares its source's counter too.
+def _add_second(a0, a1):
+    a1.add_(1)
+    return (a0 * 2,)
+
+
+def _view_and_detached_leaf():
+    s0 = torch.randn(24, generator=_gen())
+    return (s0[0:6], s0[2:8].detach().requires_grad_())
+
+
+# A metadata mutation of the detach() moves the other input's counter as well.
+def _transpose_first(a0, a1):
+    a0.t_()
+    return (a0 * 1,)
+
+
+def _detached_base_and_row():
+    s0 = torch.randn(4, 6, generator=_gen()) * 1
+    return (s0.detach(), s0[1])
+
+
+# Two writes, one through each input: one counter bumped twice.
+def _write_both(a0, a1):
+    a0.mul_(2)
+    a1.add_(1)
+    return ()
+
+
+# Class 13 (program 5742): a returned input, a view of a leaf, whose counter moves through another input's
+# detach() (one counter): under no_grad eager's then refuses to give its grad_fn, as the compiled one must.
+def _squeeze_detached_return_other(a0, a1):
+    a1.data.zero_()
+    a0.detach().squeeze_()
+    return (a1,)
+
+
+def _views_of_leaf():
+    s0 = torch.randn(15, generator=_gen()).requires_grad_()
+    return (s0[0:5], s0[5:10])
+
+
+def _detached_view_of_leaf_and_view():
+    a0, a1 = _views_of_leaf()
+    return (a0.detach(), a1)
+
+
+# Class 56 (program 5970): set_() of a view of a base requiring no grad onto a value requiring grad: eager
+# records it, the base takes a history and so does every other view of it, a returned input among them.
+def _set_view_onto_value_requiring_grad(a0, a1, a2):
+    v0 = a0.view(-1)
+    a2.set_(v0)
+    return (a1, a0.sum() + a2.sum())
+
+
+def _leaf_and_views_of_no_grad_base():
+    g = _gen()
+    a0 = torch.randn(3, 4, generator=g).requires_grad_()
+    s0 = torch.randn(24, generator=g)
+    return (a0, s0[6:12:2], s0[3:9].view(2, 3))
+
+
+CASES = {
+    "neg_through_detached_overlapping_view": (_neg_first, _detached_view_and_expanded_view),
+    "neg_through_overlapping_view": (_neg_first, _views_of_one_non_leaf),
+    "neg_through_data_alias": (_neg_first, _data_view_and_view),
+    "mul_through_detached_disjoint_view": (_mul_first, _detached_and_disjoint_view),
+    "add_to_detached_leaf": (_add_second, _view_and_detached_leaf),
+    "transpose_detached_base": (_transpose_first, _detached_base_and_row),
+    "write_both_detached_and_view": (_write_both, _detached_view_and_expanded_view),
+    "write_both_data_and_view": (_write_both, _data_view_and_view),
+    "squeeze_detached_return_other": (_squeeze_detached_return_other, _detached_view_of_leaf_and_view),
+    "set_view_onto_value_requiring_grad": (_set_view_onto_value_requiring_grad, _leaf_and_views_of_no_grad_base),
+}
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("set_view_onto_value_requiring_grad", "training"): "class 56: the compiled set_() is applied under no_grad: "
+    "eager's records it, so the base gets a CopySlices history and every other view of it requires grad",
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
+def test_version_counters_as_eager(name: str, mode: str) -> None:
+    fn, make_args = CASES[name]
+    check_in_mode(fn, make_args, mode)
+
+
+@pytest.mark.parametrize(
+    "again",
+    [_detached_view_and_expanded_view, _data_view_and_view],
+    ids=["detached", "data"],
+)
+def test_reused_entry_sees_other_counter_sharing(again) -> None:
+    """Class 1's reuse: compiled for two views of one base, called with the first a detach() (same counter)
+    or a .data (its own): the entry keyed on shared counters gives eager's bumps either way."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = check(_neg_first, _views_of_one_non_leaf)
+        check(_neg_first, again, compiled_fn=compiled)
+
+
+def test_reused_entry_returned_input_under_no_grad() -> None:
+    """Class 13's reuse: compiled for two views of a leaf, called again with the first detach()ed."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        compiled = check(_squeeze_detached_return_other, _views_of_leaf, backward=False)
+        check(_squeeze_detached_return_other, _detached_view_of_leaf_and_view, compiled_fn=compiled, backward=False)
+
+
+def test_counter_groups() -> None:
+    s0 = _non_leaf()
+    a, b, c, d = s0[1:3].detach(), s0[2:4], s0.data, torch.zeros(2)
+    versions = [t._version for t in (a, b, c, d)]
+    assert counter_groups([a, b, c, d, a, 3]) == [0, 0, 2, 3, 0, 5]
+    assert [t._version for t in (a, b, c, d)] == versions  # the probe leaves every counter as it was
