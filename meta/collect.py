@@ -67,6 +67,7 @@ __all__ = [
     "FreshViews",
     "ViewRecorder",
     "collect_meta",
+    "raised_by_eager_backward",
     "records",
     "saved_tensor_hooks_suspended",
 ]
@@ -1188,15 +1189,7 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
         with EagerOverlapChecks():
             torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
     except Exception as error:  # others (autograd's stale view replay on fakes ...) are left to the trace
-        # A saved tensor written in place; an overlap eager's backward refuses; or a tensor's geometry
-        # changed under no_grad, so its history computes a gradient of its old shape.
-        message = str(error)
-        if (
-            "modified by an inplace operation" in message
-            or "invalid gradient at index" in message
-            or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
-            or (is_overlap_error(error))
-        ):
+        if raised_by_eager_backward(error):
             return str(error)
     return None
 
@@ -1206,6 +1199,19 @@ def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
     view of its base (not a tensor of its own that set_() put in the same memory, say)."""
     root = tensor._base if tensor._base is not None else tensor
     return written is tensor or written is root or written._base is root
+
+
+def raised_by_eager_backward(error: BaseException) -> bool:
+    """Whether ``error``, raised differentiating a trace, is one eager raises in its backward only (its
+    forward runs): a saved tensor written in place; an overlap eager's backward refuses; or a tensor's
+    geometry changed under no_grad, so its history computes a gradient of its old shape."""
+    message = str(error)
+    return isinstance(error, RuntimeError) and (
+        "modified by an inplace operation" in message
+        or "invalid gradient at index" in message
+        or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
+        or is_overlap_error(error)
+    )
 
 
 def _input_info(

@@ -151,7 +151,8 @@ def _with_autograd_state(fake: torch.Tensor, root: torch.Tensor) -> torch.Tensor
     if root.is_leaf:
         return fake.requires_grad_()
     leaf = torch.empty(0, dtype=root.dtype, device=root.device, requires_grad=True)
-    return _NonLeafAlias.apply(leaf, fake)  # type: ignore[no-any-return,no-untyped-call]
+    with torch.enable_grad():  # made in the caller's no_grad too (it is traced in it): a non-leaf still
+        return _NonLeafAlias.apply(leaf, fake)  # type: ignore[no-any-return,no-untyped-call]
 
 
 def fake_inputs(

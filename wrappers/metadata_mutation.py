@@ -271,6 +271,7 @@ class MetadataMutation:
                 return None if info.after_set else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
+            retaken = []  # views whose history eager takes again in their final geometry
             for target, (arg_idx, info) in zip(targets, final, strict=True):
                 assert info.final_metadata is not None
                 size, stride, relative_offset = info.final_metadata
@@ -284,6 +285,7 @@ class MetadataMutation:
                         storage = _storage_of(new_storages[arg_idx])
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
+                    retaken.append(target)
                     continue
                 if arg_idx in restrided_first or arg_idx in restrided:
                     continue
@@ -298,10 +300,13 @@ class MetadataMutation:
                     set_versions([target], [v + info.version_bumps - 1])
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+                if not recorded and info.version_bumps:
+                    # Eager's counter moved: its record of the view is taken again, in the geometry it ends in
+                    # (the layers below wrote it back in the old one, where the record was taken).
+                    retaken.append(target)
             counters.finish(args, before)
-            for target, (_, info) in zip(targets, final, strict=True):
-                if info.storage_set_to is not None:
-                    _retake_view_history(target)
+            for target in retaken:
+                _retake_view_history(target)
             made: dict[int, torch.Tensor] = {}
             for out_idx, out_info in enumerate(meta.output_info):
                 if out_info.after_set:  # taken from the caller's tensor in its new memory
@@ -329,8 +334,9 @@ def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
 
 def _retake_view_history(target: torch.Tensor) -> None:
     """Make autograd take a moved view's history again from its base in its new geometry, as eager's does
-    after its set_(): a record cached at the version its counter ends at (while the layers below set it)
-    would hold the old geometry. Taken once at an unused version, then stale at the final one."""
+    after its set_() (or a write and a geometry change autograd did not record): a record cached at the
+    version its counter ends at (while the layers below set it) would hold the old geometry. Taken once at
+    an unused version, then stale at the final one."""
     if target._base is None or not target.requires_grad:
         return
     final = target._version

@@ -119,10 +119,14 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
             "inputs that share memory with different dtypes (view(dtype), view_as_real ...), one of them "
             "written: not supported; pass them as separate tensors"
         )
-    roots = {id(root): root for root in (m._base if m._base is not None else m for m in members)}
+    roots = {id(root): root for root in (_root(m) for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
     requiring_grad = [m for m in members if m.requires_grad]
-    if len(requiring_grad) == 1 and not source.requires_grad:
+    # Members needing grad decide: the others (``detach()`` aliases) are read detached inside.
+    grad_roots = {id(root): root for root in (_root(m) for m in requiring_grad) if root.requires_grad}
+    if len(grad_roots) == 1:
+        source = next(iter(grad_roots.values()))
+    elif len(requiring_grad) == 1 and not source.requires_grad:
         # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
         source = requiring_grad[0]
     start, end = span
@@ -139,6 +143,11 @@ def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.
     if root is base._base or base._base is None:
         return base
     return root.as_strided(base.shape, base.stride(), base.storage_offset())
+
+
+def _root(member: torch.Tensor) -> torch.Tensor:
+    """The tensor ``member`` is a view of, or ``member`` itself."""
+    return member._base if member._base is not None else member
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
@@ -206,8 +215,16 @@ class SyntheticBase:
             for m in cluster.members
         }
         flat_fn, num_args = outer.fn, len(args)
-        # Members the caller passed requiring no grad (a detach() of one that does): no history inside either.
-        untracked = {m for cluster in clusters for m in cluster.members if not meta.input_info[m].requires_grad}
+        # A member needing no grad of a base needing it (a ``detach()`` alias) has no history in eager: its
+        # reads must not reach the base's gradient. Of a base needing none, it is a view like the others:
+        # a write of a value needing grad through one gives them all a history, as in eager.
+        detached = {
+            m
+            for cluster, base in zip(clusters, bases, strict=True)
+            if base.requires_grad
+            for m in cluster.members
+            if not meta.input_info[m].requires_grad
+        }
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
             working: list[Any] = [None] * num_args
@@ -215,14 +232,15 @@ class SyntheticBase:
                 working[arg] = inner_args[position]
             copies = []
             for k, cluster in enumerate(clusters):
-                # The base is read, never written: the members are views of a copy of it.
-                copy = inner_args[len(plain) + k].clone()
+                # The base is read, never written: the members are views of a copy of it, if written. Else of
+                # the base itself: an autograd.Function's backward writing a member it saved writes the input.
+                base = inner_args[len(plain) + k]
+                copy = base.clone() if cluster.written else base
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    # Autograd sees neither the reads nor the writes of such a member, nor may it resize it.
-                    working[m] = member.detach() if m in untracked and member.requires_grad else member
+                    working[m] = member.detach() if m in detached else member
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]

@@ -27,8 +27,7 @@ from aot.compile.higher_order import decompose_missing_derivative, held_primals,
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
-from meta.collect import CALLER_IN_INFERENCE_MODE
-from meta.overlap import is_overlap_error
+from meta.collect import CALLER_IN_INFERENCE_MODE, raised_by_eager_backward
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 
@@ -82,7 +81,8 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
         try:
             joint = trace_joint(stage.fn, stage.args, meta, config.decompositions)
         except RuntimeError as error:
-            if "modified by an inplace operation" not in str(error) and not is_overlap_error(error):
+            # Not a derivative missing (NotImplementedError): that one eager raises where it is asked for.
+            if not raised_by_eager_backward(error) or isinstance(error, NotImplementedError):
                 raise
             # Eager runs this forward and fails only in backward: so do we.
             return _forward_only(stage, config, entry, error)
