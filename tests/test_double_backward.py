@@ -320,6 +320,18 @@ def test_tangents_requiring_grad() -> None:
     assert_close(results[1], results[0], grad=True)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [F.silu, F.mish, lambda x: torch.logit(x.sigmoid(), 1e-3), lambda x: F.group_norm(x, 2)],
+    ids=["silu", "mish", "logit", "group_norm"],
+)
+@pytest.mark.parametrize("order", [2, 3])
+def test_backward_ops_eager_differentiates_through_their_formula(fn: Callable[..., Any], order: int) -> None:
+    """``silu_backward`` and kin have no derivative: with grad mode on, eager's backward computes them with
+    differentiable ops, and so must the higher-order backward (not defer the missing derivative's error)."""
+    check_orders(fn, seeded((2, 4, 3)), order)
+
+
 # --------------------------------------------------------------------------------------------
 # OpInfo: a few ops in CI; benchmarks/opinfo_double_backward.py sweeps the whole subset.
 

@@ -23,7 +23,13 @@ from aot.cache import keys
 from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
 from aot.compile.descriptors import DESC, Primal
 from aot.compile.failures import backend_errors
-from aot.compile.higher_order import decompose_missing_derivative, held_primals, plan_higher_order
+from aot.compile.higher_order import (
+    DIFFERENTIATING_BACKWARD,
+    decompose_missing_derivative,
+    held_primals,
+    missing_derivative,
+    plan_higher_order,
+)
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
@@ -84,6 +90,8 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
             # Not a derivative missing (NotImplementedError): that one eager raises where it is asked for.
             if not raised_by_eager_backward(error) or isinstance(error, NotImplementedError):
                 raise
+            if DIFFERENTIATING_BACKWARD.get() and missing_derivative(error) is not None:
+                raise  # a first-order backward's op: decomposed and traced again (compile_higher_order)
             # Eager runs this forward and fails only in backward: so do we.
             return _forward_only(stage, config, entry, error)
         entry.joint = joint
@@ -195,6 +203,7 @@ def _higher_order(
 
         def call(*args: Any) -> Any:
             while True:
+                token = DIFFERENTIATING_BACKWARD.set(True)
                 try:
                     return entry.higher_order(*args)
                 except RuntimeError as error:
@@ -202,6 +211,8 @@ def _higher_order(
                         raise  # an op without derivative: eager's double backward raises it too
                     # Traced again with the op decomposed, as eager's backward computes it with grad mode on.
                     entry.higher_order = compile_function(plan.graph, inner, names)
+                finally:
+                    DIFFERENTIATING_BACKWARD.reset(token)
 
         return call, plan.fed
 

@@ -20,6 +20,7 @@ recomputed from a draw the forward did not save is refused.
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
 __all__ = [
+    "DIFFERENTIATING_BACKWARD",
     "HigherOrderPlan",
     "decompose_missing_derivative",
     "held_primals",
@@ -198,6 +200,14 @@ def _attr(gm: fx.GraphModule, target: str) -> Any:
 
 
 _MISSING_DERIVATIVE = re.compile(r"derivative for (?:aten::)?'?(\w+)'? is not implemented")
+
+
+# Set while a higher-order backward compiles: an op of the first-order backward without a derivative is
+# then raised at trace time (for ``decompose_missing_derivative``), not deferred to the backward as it
+# is for a user's own call of such an op, which eager too refuses only when differentiated.
+DIFFERENTIATING_BACKWARD: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "differentiating_backward", default=False
+)
 
 
 def missing_derivative(error: BaseException) -> str | None:
