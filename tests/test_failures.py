@@ -85,6 +85,19 @@ def test_data_dependent_error_in_a_torch_nn_module_names_the_module_line():
         loss(_leaf(4, 3), torch.randn(4, 3), torch.rand(4, 1))
 
 
+def test_kernel_reading_an_index_tensor_is_a_data_dependent_error():
+    # tensor_split's C++ kernel reads its index tensor's values, which a fake does not have.
+    def f(x, indices):
+        return x.tensor_split(indices)
+
+    x, indices = torch.randn(5, 3), torch.tensor([1, 3])
+    assert len(f(x, indices)) == 3  # eager runs it
+    before = x.clone()
+    with pytest.raises(DataDependentError, match=r"test_failures\.py:\d+: return x\.tensor_split\(indices\)"):
+        aot.aot_function(f, aot.nop)(x, indices)
+    assert torch.equal(x, before)
+
+
 def test_op_without_fake_kernel_whose_real_fallback_fails_names_the_op():
     # Eval, no_grad, a padding mask: TransformerEncoder's fast path builds a nested tensor
     # (aten::_nested_tensor_from_mask has no fake kernel; its real output cannot be faked).
