@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta import symbolic
 from meta.alias import written_positions
-from meta.errors import UnsupportedMutationError
+from meta.errors import UnsupportedMutationError, UnsupportedOperatorError
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.out_resize import resize_outs_as_eager
@@ -850,7 +850,8 @@ def collect_meta(
         watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            with saved_tensor_hooks_suspended(), functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh:
+            hooks = saved_tensor_hooks_suspended()
+            with _refusing_reseeds(), hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
             recorder.refuse_requires_grad_on_inference(fakes)
@@ -1127,6 +1128,21 @@ def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torc
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+@contextlib.contextmanager
+def _refusing_reseeds() -> Iterator[None]:
+    """Refuse a function that sets torch's global random state (``torch.manual_seed`` inside it): eager sets
+    it at every call, the compiled graph would draw from wherever the caller's generator is. Draws on fakes
+    leave the real generator alone, so any change is the function's; the caller's state is put back."""
+    before = torch.random.get_rng_state()
+    yield
+    if not torch.equal(torch.random.get_rng_state(), before):
+        torch.random.set_rng_state(before)
+        raise UnsupportedOperatorError(
+            "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...): eager "
+            "does it at every call, a compiled graph would not. Seed outside the compiled function."
+        )
 
 
 def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.AbstractContextManager[Any]:

@@ -98,6 +98,20 @@ def test_kernel_reading_an_index_tensor_is_a_data_dependent_error():
     assert torch.equal(x, before)
 
 
+def test_function_seeding_the_global_generator_is_refused_and_the_callers_state_kept():
+    # Eager re-seeds at every call (OpInfo's random ops do, through wrapper_set_seed); a graph would not.
+    def f(p):
+        torch.manual_seed(42)
+        return torch.bernoulli(p)
+
+    p = torch.rand(3, requires_grad=True)
+    torch.manual_seed(1)
+    state = torch.random.get_rng_state()
+    with pytest.raises(UnsupportedOperatorError, match="global random state"):
+        aot.aot_function(f, aot.nop)(p)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_op_without_fake_kernel_whose_real_fallback_fails_names_the_op():
     # Eval, no_grad, a padding mask: TransformerEncoder's fast path builds a nested tensor
     # (aten::_nested_tensor_from_mask has no fake kernel; its real output cannot be faked).
