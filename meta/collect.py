@@ -23,7 +23,7 @@ import torch
 from torch._prims_common import corresponding_real_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta import symbolic
@@ -850,8 +850,8 @@ def collect_meta(
         watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            hooks = saved_tensor_hooks_suspended()
-            with _refusing_reseeds(), hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh:
+            hooks, reseeds = saved_tensor_hooks_suspended(), _RefusingReseeds()
+            with hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh, reseeds:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
             recorder.refuse_requires_grad_on_inference(fakes)
@@ -1130,19 +1130,39 @@ def _nothing() -> Iterator[None]:
     yield
 
 
-@contextlib.contextmanager
-def _refusing_reseeds() -> Iterator[None]:
-    """Refuse a function that sets torch's global random state (``torch.manual_seed`` inside it): eager sets
-    it at every call, the compiled graph would draw from wherever the caller's generator is. Draws on fakes
-    leave the real generator alone, so any change is the function's; the caller's state is put back."""
-    before = torch.random.get_rng_state()
-    yield
-    if not torch.equal(torch.random.get_rng_state(), before):
-        torch.random.set_rng_state(before)
-        raise UnsupportedOperatorError(
-            "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...): eager "
-            "does it at every call, a compiled graph would not. Seed outside the compiled function."
-        )
+_RESEEDED = (
+    "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...): eager does it "
+    "at every call, a compiled graph would not. Seed outside the compiled function."
+)
+
+
+class _RefusingReseeds(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Refuse a function that sets torch's global random state (``torch.manual_seed`` inside it, put back
+    or not): eager sets it at every call, the compiled graph would draw from wherever the caller's generator
+    is. Draws on fakes leave the real generator alone, so a change is the function's: seen at a draw from
+    the default generator (by its seed) or at the end (by its state); the caller's state is put back."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.state, self.seed = torch.random.get_rng_state(), torch.initial_seed()
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        if exc[0] is None:
+            with _disable_current_modes():  # the fake mode below is still active
+                if not torch.equal(torch.random.get_rng_state(), self.state):
+                    self._refuse()
+
+    def _refuse(self) -> None:
+        torch.random.set_rng_state(self.state)
+        raise UnsupportedOperatorError(_RESEEDED)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        seeded = torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None
+        if seeded and torch.initial_seed() != self.seed:
+            self._refuse()
+        return func(*args, **kwargs)
 
 
 def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.AbstractContextManager[Any]:

@@ -98,12 +98,29 @@ def test_kernel_reading_an_index_tensor_is_a_data_dependent_error():
     assert torch.equal(x, before)
 
 
-def test_function_seeding_the_global_generator_is_refused_and_the_callers_state_kept():
-    # Eager re-seeds at every call (OpInfo's random ops do, through wrapper_set_seed); a graph would not.
-    def f(p):
-        torch.manual_seed(42)
-        return torch.bernoulli(p)
+def _seeding(p):
+    torch.manual_seed(42)
+    return torch.bernoulli(p)
 
+
+def _seeding_and_putting_back(p):
+    # OpInfo's random ops (wrapper_set_seed): the caller's state is back after the call, the draws were seeded.
+    state = torch.random.get_rng_state()
+    torch.manual_seed(42)
+    out = torch.bernoulli(p)
+    torch.random.set_rng_state(state)
+    return out
+
+
+def _seeding_after_the_draw(p):
+    out = torch.bernoulli(p)
+    torch.manual_seed(42)
+    return out
+
+
+@pytest.mark.parametrize("f", [_seeding, _seeding_and_putting_back, _seeding_after_the_draw])
+def test_function_seeding_the_global_generator_is_refused_and_the_callers_state_kept(f):
+    # Eager sets the generator at every call; a compiled graph would draw from the caller's state.
     p = torch.rand(3, requires_grad=True)
     torch.manual_seed(1)
     state = torch.random.get_rng_state()
