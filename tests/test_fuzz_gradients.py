@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.functions import ScaledBySaved
-from tests.oracle import check
+from tests.oracle import check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -193,10 +193,7 @@ TRAINING = {
 
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_training(name: str) -> None:
-    fn, make_args = TRAINING[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(fn, make_args)
+    check_in_mode(*TRAINING[name], "training")
 
 
 # Class 46: under the caller's no_grad, a non-leaf input (the metadata layer's view of a restrided leaf) is

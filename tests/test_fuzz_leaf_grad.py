@@ -6,13 +6,11 @@ against eager with ``tests/oracle.py`` ``check``, in the grad mode the fuzzer fo
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from tests.functions import Identity, ViewOf
-from tests.oracle import check
+from tests.oracle import check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -63,10 +61,7 @@ INFERENCE_MODE = {
 
 @pytest.mark.parametrize("name", sorted(INFERENCE_MODE))
 def test_inference_mode(name: str) -> None:
-    fn, make_args = INFERENCE_MODE[name]
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        check(fn, make_args, backward=False)
+    check_in_mode(*INFERENCE_MODE[name], "inference_mode")
 
 
 # Class 19: ``requires_grad = True`` on a leaf already requiring grad (a no-op in eager), whose geometry
@@ -154,7 +149,4 @@ TRAINING = {
 
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_training(name: str) -> None:
-    fn, make_args = TRAINING[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(fn, make_args)
+    check_in_mode(*TRAINING[name], "training")

@@ -7,19 +7,11 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
-from tests.oracle import check
+from tests.oracle import check_in_mode
 
 
 def _gen() -> torch.Generator:
     return torch.Generator().manual_seed(0)
-
-
-def _run(fn, make, mode):
-    if mode == "training":
-        check(fn, make)
-        return
-    with torch.inference_mode() if mode == "inference_mode" else torch.no_grad():
-        check(fn, make, backward=False)
 
 
 # Class 4: under inference_mode autograd is off, so eager resizes an input requiring grad.
@@ -48,7 +40,7 @@ INFERENCE_MODE_ONLY = {
 
 @pytest.mark.parametrize("name", sorted(INFERENCE_MODE_ONLY))
 def test_inference_mode(name):
-    _run(*INFERENCE_MODE_ONLY[name], "inference_mode")
+    check_in_mode(*INFERENCE_MODE_ONLY[name], "inference_mode")
 
 
 # set_() under no_grad of an input requiring grad, where nothing with a history follows it to another
@@ -95,7 +87,7 @@ MOVED_NOTHING_FOLLOWS = {
 )
 def test_moved_input_nothing_follows(name, mode):
     fn, make, _ = MOVED_NOTHING_FOLLOWS[name]
-    _run(fn, make, mode)
+    check_in_mode(fn, make, mode)
 
 
 # Class 1: a view of an input taken after set_() moved the input to other memory is a view of the caller's
@@ -158,7 +150,7 @@ VIEW_AFTER_SET = {
 @pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("name", sorted(VIEW_AFTER_SET))
 def test_view_after_set(name, mode):
-    _run(*VIEW_AFTER_SET[name], mode)
+    check_in_mode(*VIEW_AFTER_SET[name], mode)
 
 
 # Class 22: set_() leaves its target's memory, so where the target sat in it does not tie it to the inputs
@@ -198,7 +190,7 @@ SET_LEAVES_STORAGE = {
 @pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("name", sorted(SET_LEAVES_STORAGE))
 def test_set_leaves_storage(name, mode):
-    _run(*SET_LEAVES_STORAGE[name], mode)
+    check_in_mode(*SET_LEAVES_STORAGE[name], mode)
 
 
 # The biggest refusal of seed 3: set_() under no_grad moving an input requiring grad to another geometry.
@@ -260,7 +252,7 @@ MOVED_HISTORY = {
 @pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("name", sorted(MOVED_HISTORY))
 def test_moved_history(name, mode):
-    _run(*MOVED_HISTORY[name], mode)
+    check_in_mode(*MOVED_HISTORY[name], mode)
 
 
 def test_moved_then_written_under_grad_mode_refused():
@@ -303,4 +295,4 @@ def _int_leaf_and_strided_leaf():
 
 @pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
 def test_leaf_moved_within_its_shape(mode):
-    _run(_leaf_moved_onto_its_transpose, _int_leaf_and_strided_leaf, mode)
+    check_in_mode(_leaf_moved_onto_its_transpose, _int_leaf_and_strided_leaf, mode)
