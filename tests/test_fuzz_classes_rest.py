@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import Identity, ScaledBySaved, ViewOf
+from tests.functions import Identity, ScaledBySaved, TriplesGradOutput, ViewOf
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -133,17 +133,6 @@ def _backward_writes_expanded_input_args():
     return (leaf.expand(2),)
 
 
-class _TripledGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad.mul_(3)
-        return grad
-
-
 def _as_strided_index_fill(a0):
     # seed 1 class 5: an as_strided view at an absolute offset writes caller memory outside the input's
     # elements only: the input counts as written.
@@ -190,7 +179,7 @@ def _function_of_input_transposed_under_no_grad(a0):
     # seed 1 class 9: the Function's backward gets a gradient of the transposed geometry.
     with torch.no_grad():
         a0.transpose_(0, -1)
-    v0 = _TripledGrad.apply(a0)
+    v0 = TriplesGradOutput.apply(a0)
     return (v0,)
 
 

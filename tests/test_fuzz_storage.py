@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import TriplesGradOutput
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -176,21 +177,10 @@ def _column():
     return (torch.randn(4, 1, generator=_gen()),)
 
 
-class _TripledGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 3
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad.mul_(3)
-        return grad
-
-
 # Class 42: a view of an intermediate after an in-place view op that changes nothing (squeeze_ of no size-1
 # dimension): the intermediate base is found all the same.
 def _view_after_noop_squeeze(a0):
-    v0 = _TripledGrad.apply(a0)
+    v0 = TriplesGradOutput.apply(a0)
     v1 = v0.expand(2, 4, 6)
     v1.squeeze_()
     v2 = v1[..., ::2]
