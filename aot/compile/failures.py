@@ -106,14 +106,14 @@ def trace_errors() -> Iterator[None]:
         raise
     except RuntimeError as error:
         _raise_if_missing_fake_kernel(error)
+        op = _fake_kernel_op(error.__traceback__)
         if "data is not allocated yet" in str(error):
             # A kernel reading a tensor's values in C++ (tensor_split's index tensor): a fake has none.
             raise DataDependentError(
-                f"{_fake_kernel_op(error.__traceback__) or 'an op'} reads the values of a tensor, which "
-                f"ahead-of-time tracing does not have (called at {user_line(error.__traceback__)}). Pass them as "
-                "Python numbers, or call the op outside the compiled function."
+                f"{op or 'an op'} reads the values of a tensor, which ahead-of-time tracing does not have "
+                f"(called at {user_line(error.__traceback__)}). Pass them as Python numbers, or call the op "
+                "outside the compiled function."
             ) from error
-        op = _fake_kernel_op(error.__traceback__)
         if op is None:
             raise
         raise FakeKernelError(
