@@ -47,6 +47,7 @@ from meta.storage import (
     storage_extent,
     storage_key,
     touch_interval,
+    view_root,
 )
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners, history_taken_again
 from meta.view_and_mutation import (
@@ -447,7 +448,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
         self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
         # The tensors the inputs are (views of): the caller's memory as autograd knows it.
-        self._input_roots = {id(t._base if t._base is not None else t) for t in alias_sources}
+        self._input_roots = {id(view_root(t)) for t in alias_sources}
         # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
         self.set_refusal: tuple[Any, torch.Tensor] | None = None
         # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then.
@@ -608,7 +609,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
         if records() or not tensor.requires_grad or before[1] == _geometry(tensor):
             return
-        root = tensor._base if tensor._base is not None else tensor
+        root = view_root(tensor)
         # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
         leaf_same_shape = tensor._base is None and _is_leaf(tensor) and before[1][0] == tuple(tensor.shape)
         base = _base_state(tensor)
@@ -1096,11 +1097,11 @@ def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Ten
 
 
 def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
-    root = tensor._base if tensor._base is not None else tensor
+    root = view_root(tensor)
     which = [
         f"input {i} ({name})"
         for i, (fake, name) in enumerate(zip(fakes, names, strict=True))
-        if fake is tensor or (fake._base if fake._base is not None else fake) is root
+        if fake is tensor or view_root(fake) is root
     ]
     what = which[0] if id(tensor) in {id(f) for f in fakes} else f"a view of {' / '.join(which)}"
     raise UnsupportedMutationError(
@@ -1233,7 +1234,7 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
 def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
     """Whether autograd sees a write through ``written`` in ``tensor``'s history: it is ``tensor`` or another
     view of its base (not a tensor of its own that set_() put in the same memory, say)."""
-    root = tensor._base if tensor._base is not None else tensor
+    root = view_root(tensor)
     return written is tensor or written is root or written._base is root
 
 
@@ -1327,7 +1328,7 @@ def _is_leaf(tensor: torch.Tensor) -> bool:
 
 def _history(tensor: torch.Tensor) -> Any:
     """The autograd node of a tensor's memory: its base's for a view (a view's own is regenerated)."""
-    return (tensor._base if tensor._base is not None else tensor).grad_fn
+    return view_root(tensor).grad_fn
 
 
 def _made_by_custom_function(tensor: torch.Tensor) -> bool:

@@ -37,10 +37,16 @@ __all__ = [
     "storage_key",
     "storage_numel",
     "touch_interval",
+    "view_root",
 ]
 
 # A half-open interval ``[start, end)`` of storage elements.
 Extent = tuple[int, int]
+
+
+def view_root(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor ``tensor`` is a view of (autograd's ``_base``), or ``tensor`` itself."""
+    return tensor._base if tensor._base is not None else tensor
 
 
 def has_version_counter(tensor: torch.Tensor) -> bool:
@@ -204,7 +210,7 @@ def fake_inputs(
             if independent:
                 fakes[id(tensor)] = _fake_root(storage, tensor)
                 continue
-            base = tensor._base if tensor._base is not None else tensor
+            base = view_root(tensor)
             if id(base) not in roots:
                 roots[id(base)] = root_of(base)
             root = roots[id(base)]

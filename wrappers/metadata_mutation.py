@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
+from meta.storage import view_root
 from meta.storage_set import history_taken_again
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
@@ -589,7 +590,7 @@ class _RequiresGradInside(TorchFunctionMode):
             # No absolute offset in the graph: a later call may pass the input at another offset.
             alias: torch.Tensor = torch.ops.aten.alias.default(source)
             return alias
-        root = source._base if source._base is not None else source
+        root = view_root(source)
         return root.as_strided(value.shape, value.stride(), value.storage_offset())
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

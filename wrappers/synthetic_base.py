@@ -26,7 +26,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
-from meta.storage import overlaps, storage_extent, storage_key
+from meta.storage import overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -119,11 +119,11 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
             "inputs that share memory with different dtypes (view(dtype), view_as_real ...), one of them "
             "written: not supported; pass them as separate tensors"
         )
-    roots = {id(root): root for root in (_root(m) for m in members)}
+    roots = {id(root): root for root in (view_root(m) for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
     requiring_grad = [m for m in members if m.requires_grad]
     # Members needing grad decide: the others (``detach()`` aliases) are read detached inside.
-    grad_roots = {id(root): root for root in (_root(m) for m in requiring_grad) if root.requires_grad}
+    grad_roots = {id(root): root for root in (view_root(m) for m in requiring_grad) if root.requires_grad}
     if len(grad_roots) == 1:
         source = next(iter(grad_roots.values()))
     elif len(requiring_grad) == 1 and not source.requires_grad:
@@ -139,15 +139,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
 def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.Tensor:
     """The whole ``base``'s memory, to write back through: taken from what eager wrote through (a written
     member's root), not from a leaf requiring grad the base may come from, which eager never wrote in place."""
-    root = written[0]._base if written[0]._base is not None else written[0]
+    root = view_root(written[0])
     if root is base._base or base._base is None:
         return base
     return root.as_strided(base.shape, base.stride(), base.storage_offset())
-
-
-def _root(member: torch.Tensor) -> torch.Tensor:
-    """The tensor ``member`` is a view of, or ``member`` itself."""
-    return member._base if member._base is not None else member
 
 
 def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
