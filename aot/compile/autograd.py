@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -25,6 +25,8 @@ from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 
 __all__ = ["BoxedFn", "HigherOrder", "fresh_outputs", "make_training_runtime", "restride"]
+
+T = TypeVar("T")
 
 # A compiled graph in the boxed convention: takes a list, returns a sequence.
 BoxedFn = Callable[[list[Any]], Sequence[Any]]
@@ -133,6 +135,21 @@ class _NoDerivative(torch.autograd.Function):
         raise type(ctx.error)(str(ctx.error))
 
 
+def _once(build: Callable[[], T]) -> Callable[[], T]:
+    """``build()`` run on the first call (by one thread), its result returned on every call."""
+    built: list[T] = []
+    lock = threading.Lock()
+
+    def get() -> T:
+        if not built:
+            with lock:
+                if not built:
+                    built.append(build())
+        return built[0]
+
+    return get
+
+
 def make_training_runtime(
     forward: BoxedFn,
     compile_backward: Callable[[], BoxedFn],
@@ -157,28 +174,16 @@ def make_training_runtime(
     non_differentiable = [i for i, info in enumerate(meta.output_info) if not info.is_differentiable]
     tangent_outputs = meta.traced_tangents
     tangent_specs = [meta.output_info[i].spec for i in tangent_outputs]
-    compiled_backward: list[BoxedFn] = []
-    lock = threading.Lock()
+    backward_fn = _once(compile_backward)
 
-    def backward_fn() -> BoxedFn:
-        if not compiled_backward:
-            with lock:
-                if not compiled_backward:
-                    compiled_backward.append(compile_backward())
-        return compiled_backward[0]
-
-    compiled_higher_order: list[tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError] = []
-
-    def higher_order_fn() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
+    def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
         assert higher_order is not None
-        if not compiled_higher_order:
-            with lock:
-                if not compiled_higher_order:
-                    try:
-                        compiled_higher_order.append(higher_order.compile())
-                    except DoubleBackwardError as error:
-                        compiled_higher_order.append(error)
-        return compiled_higher_order[0]
+        try:
+            return higher_order.compile()
+        except DoubleBackwardError as error:
+            return error  # raised again at every backward that needs it
+
+    higher_order_fn = _once(compile_higher_order)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
