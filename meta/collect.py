@@ -1314,6 +1314,7 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         fresh_storage_nbytes=int(fake.untyped_storage().nbytes()) if storage_set_to == ("fresh", -1) else 0,
+        set_recorded=storage_set_to is not None and fake.requires_grad and history_rewritten,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
     )

@@ -166,6 +166,7 @@ class MetadataMutation:
                     mutates_metadata=False,
                     final_metadata=None,
                     storage_set_to=None,
+                    set_recorded=False,
                     fresh_storage_nbytes=0,
                     is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
                     moves_history=False,
@@ -284,6 +285,12 @@ class MetadataMutation:
                         storage = outs[index].untyped_storage()
                     else:
                         storage = _storage_of(new_storages[arg_idx])
+                    source = args[index] if kind == "input" else outs[index] if kind == "output" else None
+                    if info.set_recorded and source is not None and torch.is_grad_enabled():
+                        # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
+                        # other views of its base, require grad after, as eager's do.
+                        target.set_(source.as_strided(size, stride, relative_offset))
+                        continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     retaken.append(target)

@@ -1,0 +1,48 @@
+"""Autograd flags, backward errors and grad modes as eager judges them (fuzz classes of
+``benchmarks/fuzz_findings.md``, seed 20): ``requires_grad``/``grad_fn`` of outputs, which backward
+raises, and which grad mode a view was made in. Each case runs against eager with ``tests/oracle.py``
+``check_in_mode`` in every caller mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check_in_mode, mode_params
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+# Class 13: set_() of an input onto another's memory under grad mode is recorded by autograd (its derivative
+# raises): the input, and every other view of its base, requires grad after.
+
+
+def _set_onto_leaf_view(a0, a1, a2):
+    a2.set_(a0.view(-1))
+    return (a1,)
+
+
+def _set_onto_leaf_view_returned(a0, a1, a2):
+    a2.set_(a0.view(-1))
+    return (a1, a2)
+
+
+def _leaf_and_two_views():
+    s0 = _randn(24)
+    return (_randn(3, 4).requires_grad_(), s0[6:12:2], s0[3:9].view(2, 3))
+
+
+CASES = {
+    "set_onto_leaf_view": (_set_onto_leaf_view, _leaf_and_two_views),
+    "set_onto_leaf_view_returned": (_set_onto_leaf_view_returned, _leaf_and_two_views),
+}
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
+def test_flags_class(name: str, mode: str) -> None:
+    check_in_mode(*CASES[name], mode)
