@@ -35,7 +35,24 @@ def _leaf_and_two_views():
     return (_randn(3, 4).requires_grad_(), s0[6:12:2], s0[3:9].view(2, 3))
 
 
+# Class 17: two overlapping views the function calls requires_grad_() on are leaves of their own; a resize_()
+# of a detach() of one moves their shared counter, which made them one base (whose root needs no grad).
+
+
+def _both_made_leaves_then_detach_resized(a0, a1):
+    a1.requires_grad_()
+    a0.requires_grad_()
+    a1.detach().resize_(5)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _column_and_expanded_row():
+    s0 = _randn(24, dtype=torch.complex64)
+    return (s0[5:17].view(3, 4)[:, 2], s0[5:8].expand(2, 3))
+
+
 CASES = {
+    "both_made_leaves_then_detach_resized": (_both_made_leaves_then_detach_resized, _column_and_expanded_row),
     "set_onto_leaf_view": (_set_onto_leaf_view, _leaf_and_two_views),
     "set_onto_leaf_view_returned": (_set_onto_leaf_view_returned, _leaf_and_two_views),
 }

@@ -60,7 +60,7 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     own_bytes = storage_extent(arg)[1] * arg.element_size()
     reaches_past = info.offset_sensitive and info.storage_reach > own_bytes
     if not info.mutates_data:
-        return info.requires_grad and info.version_bumps > 0 and reaches_past
+        return info.requires_grad and not info.is_leaf and info.version_bumps > 0 and reaches_past
     dense = is_non_overlapping_and_dense_or_false(arg)
     return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 
