@@ -456,6 +456,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
         self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
+        # By the base whose counter its views share: an input set_() moved to other memory keeps its counter.
+        self._initial_root_version = {id(view_root(t)): t._version for t in alias_sources}
         # The sources' version counters as last seen, and, per source, the clock of the last data write
         # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
         self._sources = [t for t in alias_sources if t.layout == torch.strided and not t.is_inference()]
@@ -529,6 +531,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         version = -1
         if first is not None:
             initial_version = self._initial_version.get(storage_key(first))
+            if initial_version is None:
+                initial_version = self._initial_root_version.get(id(view_root(first)))
             # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
             if initial_version is not None and not first.is_inference():
                 version = first._version - initial_version

@@ -51,7 +51,24 @@ def _column_and_expanded_row():
     return (s0[5:17].view(3, 4)[:, 2], s0[5:8].expand(2, 3))
 
 
+# Class 16: a view of an input taken after set_() moved it, under no_grad, then changed by t_(): eager's
+# grad_fn of it raises (a no_grad view whose base changed since); it is replayed at eager's version.
+
+
+def _view_after_set_then_transposed(a0):
+    v0 = a0.narrow(-1, 1, 4)
+    a0.set_(v0.clone())
+    v1 = a0.view(-1)
+    a0.t_()
+    return (v1,)
+
+
+def _slice_of_a_leaf():
+    return (_randn(10).requires_grad_()[5:10],)
+
+
 CASES = {
+    "view_after_set_then_transposed": (_view_after_set_then_transposed, _slice_of_a_leaf),
     "both_made_leaves_then_detach_resized": (_both_made_leaves_then_detach_resized, _column_and_expanded_row),
     "set_onto_leaf_view": (_set_onto_leaf_view, _leaf_and_two_views),
     "set_onto_leaf_view_returned": (_set_onto_leaf_view_returned, _leaf_and_two_views),

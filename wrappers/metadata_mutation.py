@@ -316,10 +316,16 @@ class MetadataMutation:
             for target in retaken:
                 _retake_view_history(target)
             made: dict[int, torch.Tensor] = {}
-            for out_idx, out_info in enumerate(meta.output_info):
-                if out_info.after_set:  # taken from the caller's tensor in its new memory
-                    assert out_info.base_input is not None
-                    outs[out_idx] = replay_views(args[out_info.base_input], out_info.view_chain, made)
+            after_set = [(out_idx, out_info) for out_idx, out_info in enumerate(meta.output_info) if out_info.after_set]
+            for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory
+                base = out_info.base_input
+                assert base is not None
+                # At eager's version when eager took it: a view taken under no_grad, then changed, refuses its
+                # history as eager's does.
+                at = counters.before_of(before, base)
+                outs[out_idx] = replay_views(args[base], out_info.view_chain, made, at)
+            if after_set:
+                counters.finish(args, before)
             return outs
 
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
