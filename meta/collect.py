@@ -334,8 +334,10 @@ class FreshViews(TorchFunctionMode):
                 out = func(*args, **kwargs)
         elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
-            if name not in _INPLACE_VIEW_METHODS:
-                first = self._used(first) if isinstance(first, torch.Tensor) else first
+            if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+                if name.endswith("_") and not name.endswith("__"):
+                    _check_inplace_as_eager(first)  # the stand-in is no view of the leaf eager refuses to write
+                first = self._used(first)
             rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
             if "out" in kwargs:
                 fresh_kwargs["out"] = kwargs["out"]
@@ -379,6 +381,17 @@ class FreshViews(TorchFunctionMode):
             self._anchored[id(out)] = (out, anchored[1])
         elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
             self._anchored[id(out)] = (out, first)
+
+
+def _check_inplace_as_eager(tensor: torch.Tensor) -> None:
+    """Eager's refusal of an in-place op recorded on a leaf requiring grad, or on a view of one."""
+    if not (records() and tensor.requires_grad):
+        return
+    base = tensor._base
+    if base is not None and base.is_leaf:
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+    if base is None and tensor.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
 
 
 class _Unconnected(torch.autograd.Function):

@@ -67,7 +67,25 @@ def _slice_of_a_leaf():
     return (_randn(10).requires_grad_()[5:10],)
 
 
+# Class 18: an input (a view of a leaf requiring grad) set_() under no_grad onto memory past its base's, then
+# written in place under grad mode: eager refuses the write into a view of a leaf; the stand-in collection
+# uses for the moved view (no view of that leaf) hid it.
+
+
+def _set_past_base_then_masked_fill_(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.detach())
+    a0.masked_fill_(torch.arange(12).view((3, 4)) % 2 == 0, 2.0)
+    return ()
+
+
+def _transposed_leaf_and_view_of_leaf():
+    s1, s2 = _randn(4, 3).requires_grad_(), _randn(15).requires_grad_()
+    return (s1.t(), s2[1:13].view(3, 4))
+
+
 CASES = {
+    "set_past_base_then_masked_fill_": (_set_past_base_then_masked_fill_, _transposed_leaf_and_view_of_leaf),
     "view_after_set_then_transposed": (_view_after_set_then_transposed, _slice_of_a_leaf),
     "both_made_leaves_then_detach_resized": (_both_made_leaves_then_detach_resized, _column_and_expanded_row),
     "set_onto_leaf_view": (_set_onto_leaf_view, _leaf_and_two_views),
