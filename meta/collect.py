@@ -981,6 +981,18 @@ def collect_meta(
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
 
+        def of_inference_input(tensor: torch.Tensor) -> bool:
+            """Under the caller's inference mode, a view (or a view set_() elsewhere) of an inference input: eager's
+            requires no grad but by the function's requires_grad_() on it (the fakes are no inference tensors)."""
+            if not CALLER_IN_INFERENCE_MODE.get() or id(tensor) in input_position:
+                return False
+            root, chain, _ = recorder.chain_to_root(tensor, lambda t: id(t) in input_position)
+            if root is tensor or id(root) not in input_position or not flat_args[input_position[id(root)]].is_inference():
+                return False
+            # (An autograd.Function in an enable_grad region records there, whatever its inputs.)
+            by_function = recorder.made_by_custom_function(tensor, len(chain))
+            return not by_function and recorder.made_require_grad.get(id(tensor)) is not tensor
+
         def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo:
             autograd_view = fresh_views.fresh(tensor)  # the stale record of a view would fail to regenerate
             try:
@@ -989,7 +1001,7 @@ def collect_meta(
                 is_leaf = False
             return OutputAliasInfo(
                 kind,
-                requires_grad=autograd_view.requires_grad,
+                requires_grad=autograd_view.requires_grad and not of_inference_input(tensor),
                 spec=TensorSpec.of(tensor),
                 is_leaf=is_leaf,
                 **fields,

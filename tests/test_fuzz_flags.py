@@ -84,7 +84,26 @@ def _transposed_leaf_and_view_of_leaf():
     return (s1.t(), s2[1:13].view(3, 4))
 
 
+# Class 4: under inference_mode, a view of an inference input requiring grad is an inference tensor requiring
+# none; set_() elsewhere, it is computed by the graph, whose meta read the fake (no inference tensor) view's.
+
+
+def _expanded_then_set_twice(a0):
+    v0 = a0.expand(2, 2, 2)
+    v1 = a0.expand(2, 2, 2)
+    with torch.no_grad():
+        a0.set_(v0.clone())
+    with torch.no_grad():
+        v0.set_(v1.clone())
+    return (v0,)
+
+
+def _complex_leaf():
+    return (_randn(2, 2, dtype=torch.complex64).requires_grad_(),)
+
+
 CASES = {
+    "expanded_then_set_twice": (_expanded_then_set_twice, _complex_leaf),
     "set_past_base_then_masked_fill_": (_set_past_base_then_masked_fill_, _transposed_leaf_and_view_of_leaf),
     "view_after_set_then_transposed": (_view_after_set_then_transposed, _slice_of_a_leaf),
     "both_made_leaves_then_detach_resized": (_both_made_leaves_then_detach_resized, _column_and_expanded_row),
