@@ -692,7 +692,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         an inference input (one that required no grad) or a view or ``detach()`` of one requiring grad had it."""
         nodes = [*self.nodes.values(), *(_Node(t) for t in inputs if id(t) in self._inference_inputs)]
         for node in nodes:
-            if node.tensor.requires_grad and self._is_inference(node):
+            # (A leaf: one with a history got it from an op autograd recorded, which eager allows.)
+            if node.tensor.requires_grad and _is_leaf(node.tensor) and self._is_inference(node):
                 raise RuntimeError(
                     "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
                 )

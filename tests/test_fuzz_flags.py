@@ -102,7 +102,23 @@ def _complex_leaf():
     return (_randn(2, 2, dtype=torch.complex64).requires_grad_(),)
 
 
+# Class 9: a write with a gradient into a .data of a view of an inference tensor gives it a history, which
+# eager allows: only requires_grad_() on an inference tensor outside inference mode is refused.
+
+
+def _copy_into_data(a0, a1):
+    a1.data.copy_(a0)
+    return ()
+
+
+def _leaf_and_inference_view():
+    with torch.inference_mode():
+        r0 = _randn(10)
+    return (_randn(5).requires_grad_(), r0[:5].view((5,)))
+
+
 CASES = {
+    "copy_into_data": (_copy_into_data, _leaf_and_inference_view),
     "set_past_base_then_masked_fill_": (_set_past_base_then_masked_fill_, _transposed_leaf_and_view_of_leaf),
     "view_after_set_then_transposed": (_view_after_set_then_transposed, _slice_of_a_leaf),
     "both_made_leaves_then_detach_resized": (_both_made_leaves_then_detach_resized, _column_and_expanded_row),
