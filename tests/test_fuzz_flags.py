@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import ViewOf
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -117,7 +118,23 @@ def _leaf_and_inference_view():
     return (_randn(5).requires_grad_(), r0[:5].view((5,)))
 
 
+# Class 14: under no_grad, a view (taken there) of an autograd.Function's view of an input requiring grad
+# requires grad with no history: it is no output to differentiate in the joint trace, and comes back a leaf.
+
+
+def _function_view_then_transposed(a0):
+    with torch.enable_grad():
+        v0 = ViewOf.apply(a0)
+    v1 = v0.transpose(0, -1)
+    return (v1, v0)
+
+
+def _expanded_leaf_column():
+    return (_randn(3, 1).requires_grad_().expand(3, 4),)
+
+
 CASES = {
+    "function_view_then_transposed": (_function_view_then_transposed, _expanded_leaf_column),
     "copy_into_data": (_copy_into_data, _leaf_and_inference_view),
     "set_past_base_then_masked_fill_": (_set_past_base_then_masked_fill_, _transposed_leaf_and_view_of_leaf),
     "view_after_set_then_transposed": (_view_after_set_then_transposed, _slice_of_a_leaf),

@@ -148,6 +148,8 @@ class RuntimeEpilogue:
                     if alias.in_place:
                         with uncounted(of_input):  # eager's in-place write was counted already (the write-back)
                             outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
+                    elif info.is_leaf and of_input.is_leaf:
+                        outs[out_idx] = of_input  # a view of it taken under no_grad: no history, as eager's
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:

@@ -326,6 +326,8 @@ class SyntheticBase:
                 if alias.in_place:
                     with uncounted(of_input):  # eager's in-place write was counted already
                         outs[out] = with_history(AdoptHistory, of_input, outs[out])
+                elif meta.output_info[out].is_leaf and of_input.is_leaf:
+                    outs[out] = of_input  # a view of it taken under no_grad: no history, as eager's
                 else:
                     outs[out] = with_history(ViewWithHistory, of_input, outs[out])
             for i, info in enumerate(meta.output_info):
