@@ -133,7 +133,27 @@ def _expanded_leaf_column():
     return (_randn(3, 1).requires_grad_().expand(3, 4),)
 
 
+# Class 7: requires_grad_() on an input that is a view of a base needing no grad; a view of it taken under
+# no_grad then requires none (as its base), so a later write into the base (a set_() of another view of it)
+# leaves it alone: the stand-in reaching the input's history made it require grad, and refuse its grad_fn.
+
+
+def _made_leaf_then_no_grad_views_then_set(a0, a1):
+    a1.requires_grad_()
+    with torch.no_grad():
+        v1 = a1.as_strided((2, 1), (1, 1), 0)
+        v2 = a0[1:]
+    a0.set_(v1.clone())
+    return (sum(t.real.sum() for t in (a0, a1, v1, v2)),)
+
+
+def _two_overlapping_blocks():
+    s0 = _randn(37)
+    return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
+
+
 CASES = {
+    "made_leaf_then_no_grad_views_then_set": (_made_leaf_then_no_grad_views_then_set, _two_overlapping_blocks),
     "function_view_then_transposed": (_function_view_then_transposed, _expanded_leaf_column),
     "copy_into_data": (_copy_into_data, _leaf_and_inference_view),
     "set_past_base_then_masked_fill_": (_set_past_base_then_masked_fill_, _transposed_leaf_and_view_of_leaf),

@@ -202,11 +202,14 @@ class MetadataMutation:
             return outer
         flat_fn = outer.fn
 
+        # The caller's tensors that are views (of a base needing no grad: the signature tells them).
+        views = {arg_idx for arg_idx in chosen if outer.args[arg_idx]._is_view()}
+
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             mode = _RequiresGradInside()
             for arg_idx in chosen:
-                working[arg_idx] = mode.untracked(args[arg_idx])
+                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views)
             with mode:
                 return list(flat_fn(*working))
 
@@ -584,15 +587,22 @@ class _RequiresGradInside(TorchFunctionMode):
         super().__init__()
         self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._attached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._of_views: set[int] = set()
 
-    def untracked(self, source: torch.Tensor) -> torch.Tensor:
+    def untracked(self, source: torch.Tensor, of_view: bool = False) -> torch.Tensor:
+        """``of_view``: the caller's tensor is a view (of a base needing no grad): a view of it taken under no_grad
+        requires grad only if that base does, so there the alias itself stands for it."""
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
+        if of_view:
+            self._of_views.add(id(alias))
         return alias
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         found = self._attached.get(id(value))
         if found is None or found[0] is not value:
+            return value
+        if id(value) in self._of_views and not torch.is_grad_enabled():
             return value
         source = found[1]
         if (value.shape, value.stride(), value.storage_offset()) == (
