@@ -22,6 +22,7 @@ import torch
 from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
+from meta.versions import version
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 
 __all__ = ["BoxedFn", "HigherOrder", "fresh_outputs", "make_training_runtime", "restride"]
@@ -111,12 +112,12 @@ def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
 
 
 def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
-    for tensor, version in zip(held, versions, strict=True):
-        if isinstance(tensor, torch.Tensor) and tensor._version != version:
+    for tensor, expected in zip(held, versions, strict=True):
+        if isinstance(tensor, torch.Tensor) and version(tensor) != expected:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an inplace "
                 f"operation: [{tensor.type()} {list(tensor.shape)}] is at version {tensor._version}; expected "
-                f"version {version} instead (an input of an aotfx-compiled function, which its higher-order "
+                f"version {expected} instead (an input of an aotfx-compiled function, which its higher-order "
                 "backward recomputes from)."
             )
 
@@ -197,7 +198,8 @@ def make_training_runtime(
             if higher_order is not None:
                 # Held, not saved: the first-order backward does not read them, so it checks no versions.
                 ctx.held = _hold(args, higher_order)
-                ctx.held_versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in ctx.held]
+                # (An inference tensor has no counter: eager's saved one is never checked either.)
+                ctx.held_versions = [version(t) if isinstance(t, torch.Tensor) else 0 for t in ctx.held]
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.
             ctx.written_primals = [args[p] for p in written_primals]
