@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import ViewOf
-from tests.oracle import check_in_mode, mode_params
+from tests.functions import Identity, ViewOf
+from tests.oracle import check, check_in_mode, mode_params
 
 
 def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -174,3 +174,58 @@ def test_flags_class(name: str, mode: str) -> None:
 def test_view_of_inference_input_set_elsewhere() -> None:
     # (In the other modes the set_() of the input requiring grad, whose view has a gradient, is a documented refusal.)
     check_in_mode(_expanded_then_set_twice, _complex_leaf, "inference_mode")
+
+
+def _neg_out_resizing_then_matmul(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    v1 = a0 @ a0.mT
+    v2 = a0.view(-1)
+    return (sum(t.real.sum() for t in (a0, a1, v1, v2)),)
+
+
+def _slice_of_leaf_and_expanded_row():
+    s2 = _randn(24).requires_grad_() * 1
+    return (_randn(24).requires_grad_()[3:7], s2[3:6].expand(2, 3))
+
+
+def _slice_of_leaf_and_inference_view():
+    with torch.inference_mode():
+        r0 = _randn(30)
+    return (_randn(24).requires_grad_()[3:7], r0[:6].view((2, 3)))
+
+
+def test_inference_input_held_for_higher_order() -> None:
+    # Class 23: the forward holds the inputs for a higher-order backward, with their versions; an inference
+    # tensor has no version counter to read.
+    compiled = check(_neg_out_resizing_then_matmul, _slice_of_leaf_and_expanded_row, rtol=0.01, atol=0.01)
+    check(_neg_out_resizing_then_matmul, _slice_of_leaf_and_inference_view, compiled_fn=compiled, rtol=0.01, atol=0.01)
+
+
+def _made_leaf_detach_transposed_then_identity(a0, a1, a2):
+    a1.requires_grad_()
+    a1.detach().t_()
+    v0 = a1[..., ::2]
+    v1 = a2.detach()
+    with torch.enable_grad():
+        v0.data.squeeze_()
+        v2 = Identity.apply(a2)
+    return (v2, sum(t.real.sum() for t in (a0, a1, a2, v0, v1, v2)))
+
+
+def _column_expanded_row_and_leaf():
+    s0 = _randn(24)
+    return (s0[4:16].view(3, 4)[:, 0], s0[1:4].expand(2, 3), _randn(4, 1).requires_grad_())
+
+
+def _column_view_and_leaf():
+    s0, r1 = _randn(24), _randn(31)
+    return (s0[4:16].view(3, 4)[:, 0], r1[1:7].view((2, 3)), _randn(4, 1).requires_grad_())
+
+
+def test_made_leaf_view_under_no_grad_reused() -> None:
+    # Class 22: requires_grad_() on an input that is a view of a base needing no grad, under no_grad: views of
+    # it taken there need no grad (as that base), where the stand-in's did and refused a later write.
+    with torch.no_grad():
+        compiled = check(_made_leaf_detach_transposed_then_identity, _column_expanded_row_and_leaf, backward=False)
+        check(_made_leaf_detach_transposed_then_identity, _column_view_and_leaf, compiled_fn=compiled, backward=False)
