@@ -988,7 +988,8 @@ def collect_meta(
             if not CALLER_IN_INFERENCE_MODE.get() or id(tensor) in input_position:
                 return False
             root, chain, _ = recorder.chain_to_root(tensor, lambda t: id(t) in input_position)
-            if root is tensor or id(root) not in input_position or not flat_args[input_position[id(root)]].is_inference():
+            position = input_position.get(id(root))
+            if root is tensor or position is None or not flat_args[position].is_inference():
                 return False
             # (An autograd.Function in an enable_grad region records there, whatever its inputs.)
             by_function = recorder.made_by_custom_function(tensor, len(chain))

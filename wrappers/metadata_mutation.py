@@ -292,7 +292,7 @@ class MetadataMutation:
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
-                        target.set_(source.as_strided(size, stride, relative_offset))
+                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[arg-type]
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
