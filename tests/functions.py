@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DoublesInPlace", "Identity", "ScaledBySaved", "ScalesBySavedThenDoublesIt", "TriplesGradOutput", "ViewOf", "WithSign"]
+__all__ = [
+    "DoublesInPlace",
+    "Identity",
+    "ScaledBySaved",
+    "ScalesBySavedThenDoublesIt",
+    "TriplesGradOutput",
+    "ViewOf",
+    "WithSign",
+]
 
 
 class Identity(torch.autograd.Function):
