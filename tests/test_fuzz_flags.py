@@ -152,7 +152,22 @@ def _two_overlapping_blocks():
     return (s0[0:24].view(2, 3, 4), s0[13:37].view(2, 3, 4))
 
 
+def _made_leaf_expanded_under_no_grad(a0, a1):
+    # The same (program 223 of seed 5): the no_grad view of the made leaf, then another input's geometry changed.
+    a0.requires_grad_()
+    with torch.no_grad():
+        v1 = a0.expand(2, 3)
+        a1.as_strided_((4,), (1,), 20)
+    return (sum(t.real.sum() for t in (a0, a1, v1)),)
+
+
+def _column_and_strided_block():
+    s0 = _randn(24, dtype=torch.complex64)
+    return (s0[5:17].view(3, 4)[:, 1], s0[4:16].view(3, 4)[:, ::2])
+
+
 CASES = {
+    "made_leaf_expanded_under_no_grad": (_made_leaf_expanded_under_no_grad, _column_and_strided_block),
     "made_leaf_then_no_grad_views_then_set": (_made_leaf_then_no_grad_views_then_set, _two_overlapping_blocks),
     "function_view_then_transposed": (_function_view_then_transposed, _expanded_leaf_column),
     "copy_into_data": (_copy_into_data, _leaf_and_inference_view),
