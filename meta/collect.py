@@ -898,6 +898,10 @@ def collect_meta(
         # Its own memory: a storage set_() gave it later is not the caller's input.
         input_storage.setdefault(initial_storages[i][0], UserArg(i))
 
+    # Inputs the function called requires_grad_() on: their views taken before it are replayed without history.
+    made_to_require_grad = {
+        id(fake) for fake, before in zip(fakes, initially_requiring_grad, strict=True) if fake.requires_grad and not before
+    }
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
         first_position.setdefault(id(out), UserOut(out_idx))
@@ -1009,7 +1013,8 @@ def collect_meta(
                 output_info.append(info(OutputType.NON_ALIAS))
             continue
         by_function = recorder.made_by_custom_function(out, len(chain))
-        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
+        untracked = id(root) in made_to_require_grad
+        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode, untracked):
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and the epilogue puts it on the alias.
             if id(root) not in input_position:
@@ -1185,9 +1190,18 @@ def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.Abstra
 
 
 def _replay_gives_eagers_autograd(
-    out: torch.Tensor, root: torch.Tensor, chain: tuple[ViewStep, ...], fake_mode: FakeTensorMode
+    out: torch.Tensor,
+    root: torch.Tensor,
+    chain: tuple[ViewStep, ...],
+    fake_mode: FakeTensorMode,
+    untracked: bool = False,
 ) -> bool:
-    """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history."""
+    """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history.
+
+    ``untracked``: ``root`` is an input the function called ``requires_grad_()`` on, whose views without
+    history (taken before it) the layers replay under no_grad (``MetadataMutation``'s ``untracked_view``)."""
+    if untracked and (not out.requires_grad or out.is_leaf):
+        chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in chain)
     try:
         with fake_mode:
             replayed = replay_views(root, chain)

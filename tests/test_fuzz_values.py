@@ -1,0 +1,40 @@
+"""Fuzzer classes of output values and aliasing (seed 20, ``benchmarks/fuzz_findings.md``): outputs whose
+values, storage or ``_base`` differed from eager's. Each class as its smallest program, run in training, under
+``no_grad`` and under ``inference_mode``; eager is the oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check_in_mode, mode_params
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# Class 3: a view taken before requires_grad_() on the input it views: eager's is a view of the input's base
+# without history; collection judged it by a replay with history and made the graph compute it (no alias).
+def _view_then_requires_grad(a0):
+    v1 = a0.view(-1)
+    a0.requires_grad_()
+    return (v1,)
+
+
+def _slice_of_plain():
+    return (torch.randn(10, generator=_gen())[5:10],)
+
+
+PROGRAMS = {
+    "view_then_requires_grad": (_view_then_requires_grad, _slice_of_plain),
+}
+
+# Strict xfails: (name, mode) -> why it still differs.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
+def test_values_class(name, mode):
+    fn, make_args = PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
