@@ -26,7 +26,23 @@ def _slice_of_plain():
     return (torch.randn(10, generator=_gen())[5:10],)
 
 
+# Class 2: set_() under no_grad moves a view of a base requiring grad onto another input, in a trace that
+# follows regenerated views (another input's transpose_): the mode regenerating views took aten.set_ (as
+# another mode calls it again) for an op reading its input, and set_() a stand-in instead of the input.
+def _transpose_then_set_onto_other(a0, a1, a2):
+    a1.transpose_(0, -1)
+    with torch.no_grad():
+        a0.set_(a2)
+    return (sum(t.real.sum() for t in (a0, a1, a2)),)
+
+
+def _three_views_of_non_leaf():
+    s0 = torch.randn(72, generator=_gen()).requires_grad_() * 1
+    return s0[0:24].view(4, 6), s0[24:48].view(4, 6), s0[48:72].view(4, 6)
+
+
 PROGRAMS = {
+    "transpose_then_set_onto_other": (_transpose_then_set_onto_other, _three_views_of_non_leaf),
     "view_then_requires_grad": (_view_then_requires_grad, _slice_of_plain),
 }
 
