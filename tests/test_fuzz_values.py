@@ -41,7 +41,24 @@ def _three_views_of_non_leaf():
     return s0[0:24].view(4, 6), s0[24:48].view(4, 6), s0[48:72].view(4, 6)
 
 
+# Class 8: a view set_() onto another view of its input after the input's geometry changed in place: the
+# offset of the set_() was measured from the view taken again from the input's final geometry, not from the
+# one it had when the view was taken (where the replay takes it).
+def _view_set_after_input_restrided(a0):
+    v0 = a0.narrow(-1, 1, 2)
+    a0.unsqueeze_(0)
+    a0.transpose_(0, -1)
+    v2 = a0.transpose(0, -1)
+    v0.set_(v2)
+    return (v0,)
+
+
+def _column_of_matrix():
+    return (torch.randn(3, 8, generator=_gen())[:, 2],)
+
+
 PROGRAMS = {
+    "view_set_after_input_restrided": (_view_set_after_input_restrided, _column_of_matrix),
     "transpose_then_set_onto_other": (_transpose_then_set_onto_other, _three_views_of_non_leaf),
     "view_then_requires_grad": (_view_then_requires_grad, _slice_of_plain),
 }
