@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -57,7 +58,22 @@ def _column_of_matrix():
     return (torch.randn(3, 8, generator=_gen())[:, 2],)
 
 
+# Class 10: an autograd.Function returning an input that set_() under no_grad moved within its storage: the
+# graph computes its history, the epilogue puts it on the input's view, whose chain was not taken again from
+# the input's final geometry (where the layer below sees it) and reached past the storage.
+def _function_of_moved_input(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1)
+    return (Identity.apply(a0),)
+
+
+def _overlapping_views_of_leaf():
+    s0 = torch.randn(8, generator=_gen()).requires_grad_()
+    return s0[0:5], s0[3:8]
+
+
 PROGRAMS = {
+    "function_of_moved_input": (_function_of_moved_input, _overlapping_views_of_leaf),
     "view_set_after_input_restrided": (_view_set_after_input_restrided, _column_of_matrix),
     "transpose_then_set_onto_other": (_transpose_then_set_onto_other, _three_views_of_non_leaf),
     "view_then_requires_grad": (_view_then_requires_grad, _slice_of_plain),

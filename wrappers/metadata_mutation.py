@@ -52,6 +52,7 @@ from meta.view_and_mutation import (
     OutputType,
     TensorSpec,
     ViewAndMutationMeta,
+    ViewStep,
     replay_views,
 )
 from wrappers.base import Runtime, Stage
@@ -502,16 +503,27 @@ def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
 
 
 def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
-    """A view of a restrided input, taken again from the input in its final geometry."""
+    """A view of a restrided input (or a computed output put on one), taken again from the input in its
+    final geometry."""
+    alias = info.computed_alias
+    if alias is not None and alias.base_input in started:
+        chain = _chain_from_final(alias.view_chain, started[alias.base_input])
+        info = dataclasses.replace(info, computed_alias=dataclasses.replace(alias, view_chain=chain))
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
-    size, stride, offset = started[info.base_input]
-    first = info.view_chain[0]
+    return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
+
+
+def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+    """``chain``, taken from the input's geometry when the call started (``started``: its offset relative to
+    the final one), replayed from the input in its final geometry."""
+    size, stride, offset = started
+    first = chain[0]
     if first.from_geometry is not None:
         size, stride, relative = first.from_geometry
         offset += relative
     first = dataclasses.replace(first, from_geometry=(size, stride, offset))
-    return dataclasses.replace(info, view_chain=(first, *info.view_chain[1:]))
+    return (first, *chain[1:])
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
