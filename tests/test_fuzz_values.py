@@ -72,7 +72,23 @@ def _overlapping_views_of_leaf():
     return s0[0:5], s0[3:8]
 
 
+# Class 12: a complex view of an input at an even offset whose synthetic base (merged with an overlapping input)
+# starts at an odd one: the base's written copy kept its offset 0, so the member's fell odd and view_as_complex
+# refused it, which eager accepts.
+def _complex_view_of_written_member(a0, a1):
+    v0 = torch.view_as_complex(a1.unflatten(-1, (2, 2)))
+    with torch.no_grad():
+        a1.index_fill_(-1, torch.tensor([0]), 2.0)
+    return (v0, sum(t.real.sum() for t in (a0, a1, v0)))
+
+
+def _overlapping_at_odd_and_even_offsets():
+    s0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return s0[5:11].view(2, 3), s0[6:10]
+
+
 PROGRAMS = {
+    "complex_view_of_written_member": (_complex_view_of_written_member, _overlapping_at_odd_and_even_offsets),
     "function_of_moved_input": (_function_of_moved_input, _overlapping_views_of_leaf),
     "view_set_after_input_restrided": (_view_set_after_input_restrided, _column_of_matrix),
     "transpose_then_set_onto_other": (_transpose_then_set_onto_other, _three_views_of_non_leaf),
