@@ -900,7 +900,9 @@ def collect_meta(
 
     # Inputs the function called requires_grad_() on: their views taken before it are replayed without history.
     made_to_require_grad = {
-        id(fake) for fake, before in zip(fakes, initially_requiring_grad, strict=True) if fake.requires_grad and not before
+        id(fake)
+        for fake, before in zip(fakes, initially_requiring_grad, strict=True)
+        if fake.requires_grad and not before
     }
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
@@ -1039,6 +1041,12 @@ def collect_meta(
             output_info.append(
                 info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
             )
+            continue
+        if _holds_traced_tensor(chain):
+            # A view of an intermediate set_() onto another tensor the function made: no replay has that memory.
+            # Its _base is a tensor the caller never gets: the graph computes its value, returned as a view.
+            _refuse_shared_set_source(out, outs, out_idx)
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
             continue
         # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
         # have changed in place since the first step was taken.
@@ -1429,10 +1437,25 @@ def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> 
     """Refuse an output view of input ``base`` whose chain holds a traced tensor (``set_(source)`` onto an
     intermediate): eager returns the view of the input, sitting on the source's memory, and a replay at
     runtime has no such memory to take it from (the source is a fake of the trace)."""
-    for step in chain:
-        if any(isinstance(a, torch.Tensor) for a in tree_flatten((step.args, step.kwargs))[0]):
-            raise UnsupportedMutationError(
-                f"{getattr(step.op, '__name__', step.op)}: an output, a view of input {base}, was set_() onto "
-                "a tensor the function made (argument source): eager returns the input's view holding that "
-                "memory, which the compiled function cannot return; return a clone() of it"
-            )
+    if _holds_traced_tensor(chain):
+        step = next(step for step in chain if _holds_traced_tensor((step,)))
+        raise UnsupportedMutationError(
+            f"{getattr(step.op, '__name__', step.op)}: an output, a view of input {base}, was set_() onto "
+            "a tensor the function made (argument source): eager returns the input's view holding that "
+            "memory, which the compiled function cannot return; return a clone() of it"
+        )
+
+
+def _holds_traced_tensor(chain: tuple[ViewStep, ...]) -> bool:
+    """Whether a step of ``chain`` takes a tensor of the trace (``set_(source)``), which no replay has."""
+    return any(isinstance(a, torch.Tensor) for step in chain for a in tree_flatten((step.args, step.kwargs))[0])
+
+
+def _refuse_shared_set_source(out: torch.Tensor, outs: Sequence[torch.Tensor], out_idx: int) -> None:
+    """Refuse a view of an intermediate set_() onto memory another output holds too: the graph computes
+    each output on memory of its own, where eager's share it."""
+    if any(j != out_idx and storage_key(other) == storage_key(out) for j, other in enumerate(outs)):
+        raise UnsupportedMutationError(
+            f"output {out_idx}, a view of a tensor the function made, was set_() onto memory another output "
+            "holds too: the compiled function cannot return them sharing it; return a clone() of one"
+        )

@@ -87,7 +87,33 @@ def _overlapping_at_odd_and_even_offsets():
     return s0[5:11].view(2, 3), s0[6:10]
 
 
+# Class 25: a returned view of an intermediate set_() onto a clone the function made: its replay held a tensor of
+# the trace. The graph computes its value; it comes back as a view (its base a tensor the caller never gets).
+def _view_of_intermediate_set_onto_clone(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.view(-1)
+    with torch.no_grad():
+        v2.set_(v1.clone())
+    return (v2, v1 * 2)
+
+
+def _view_of_intermediate_set_onto_clone_in_grad_mode(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.view(-1)
+    v2.set_(v1.clone())
+    return (v2,)
+
+
+def _strided_view_of_leaf():
+    return (torch.randn(24, generator=_gen()).requires_grad_()[6:18].view(3, 4)[:, ::2],)
+
+
 PROGRAMS = {
+    "view_of_intermediate_set_onto_clone": (_view_of_intermediate_set_onto_clone, _strided_view_of_leaf),
+    "view_of_intermediate_set_onto_clone_in_grad_mode": (
+        _view_of_intermediate_set_onto_clone_in_grad_mode,
+        _strided_view_of_leaf,
+    ),
     "complex_view_of_written_member": (_complex_view_of_written_member, _overlapping_at_odd_and_even_offsets),
     "function_of_moved_input": (_function_of_moved_input, _overlapping_views_of_leaf),
     "view_set_after_input_restrided": (_view_set_after_input_restrided, _column_of_matrix),
