@@ -966,6 +966,8 @@ def collect_meta(
     output_info: list[OutputAliasInfo] = []
     intermediate_bases: list[OutputAliasInfo] = []
     base_of_root: dict[int, IntermediateBase] = {}
+    grown = _grown_intermediate_storages(recorder, outs, input_position, input_storage)
+    base_of_storage: dict[int, IntermediateBase] = {}
     for out_idx, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
@@ -989,6 +991,19 @@ def collect_meta(
             continue
         if first_position[id(out)] != out_idx:
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
+            continue
+        if storage_key(out) in grown:
+            # On memory a resize_ of an alias grew: eager's tensors on it share it, beyond each one's elements.
+            key = storage_key(out)
+            if key not in base_of_storage:
+                base_of_storage[key] = IntermediateBase(len(intermediate_bases))
+                numel = out.untyped_storage().nbytes() // out.element_size()
+                spec = TensorSpec((numel,), (1,), out.dtype)
+                intermediate_bases.append(OutputAliasInfo(OutputType.NON_ALIAS, False, spec, whole_storage=True))
+            geometry = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
+            step = ViewStep(_set_onto, geometry, grad_enabled=False)
+            base_k = base_of_storage[key]
+            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=(step,)))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
         # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
@@ -1128,6 +1143,26 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
 def _history_of_set(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s history is the one ``set_()`` leaves under grad mode (it has no derivative)."""
     return type(tensor.grad_fn).__name__ == "NotImplemented"
+
+
+def _grown_intermediate_storages(
+    recorder: ViewRecorder,
+    outs: Sequence[torch.Tensor],
+    input_position: dict[int, UserArg],
+    input_storage: dict[int, UserArg],
+) -> set[int]:
+    """Storages of outputs that a ``resize_`` of a tensor the function made grew (an alias of another output,
+    say), where no output requires grad: eager's outputs on one share all of it, elements no output spans
+    included, which no replay from one output's memory has."""
+    grown = set()
+    for out in outs:
+        if not isinstance(out, torch.Tensor) or id(out) in input_position or storage_key(out) in input_storage:
+            continue
+        chain = recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]
+        if any(step.op is _aten.resize.default and step.in_place for step in chain):
+            grown.add(storage_key(out))
+    on = [(storage_key(out), out.requires_grad) for out in outs if isinstance(out, torch.Tensor)]
+    return {key for key in grown if not any(needs_grad for k, needs_grad in on if k == key)}
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:

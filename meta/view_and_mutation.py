@@ -250,6 +250,9 @@ class OutputAliasInfo:
     # A view of the input taken after set_() moved it to other memory: taken again from the caller's tensor
     # once it is moved (the first step's ``from_geometry`` offset relative to the input's final offset).
     after_set: bool = False
+    # A hidden intermediate base that is all of its witness's storage, which a resize_ of an alias grew past
+    # every tensor on it: the graph returns the whole memory, its outputs are taken again on it.
+    whole_storage: bool = False
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: UserArg | None = None

@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
-from meta.storage import view_root
+from meta.storage import view_root, whole_storage
 from meta.storage_set import history_taken_again
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
@@ -150,7 +150,7 @@ class MetadataMutation:
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
                 outs = list(flat_fn(*working))
             # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
-            made = [_whole_storage(working[arg_idx]) for arg_idx in fresh]
+            made = [whole_storage(working[arg_idx]) for arg_idx in fresh]
             return [*(outs[out] for out in split.kept), *made]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
@@ -428,12 +428,6 @@ _OWN_OBJECT_METHODS = frozenset(
     | {"storage_offset", "untyped_storage", "_is_view"}
 )
 _VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
-
-
-def _whole_storage(tensor: torch.Tensor) -> torch.Tensor:
-    """All of ``tensor``'s storage (elements of its dtype), as a 1-D tensor from the storage's start."""
-    numel = int(tensor.untyped_storage().nbytes()) // tensor.element_size()
-    return tensor.detach().as_strided((numel,), (1,), 0)
 
 
 def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:

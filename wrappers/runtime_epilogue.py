@@ -25,7 +25,7 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
-from meta.storage import clone_at_offset
+from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
@@ -63,6 +63,7 @@ class RuntimeEpilogue:
             if info.base_intermediate is not None:
                 base_witness.setdefault(info.base_intermediate, (out_idx, len(info.view_chain)))
         witnesses = [base_witness[k] for k in range(num_bases)]
+        whole = [info.whole_storage for info in meta.intermediate_bases]
         flat_fn = outer.fn
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
@@ -74,7 +75,10 @@ class RuntimeEpilogue:
                 recorder = ViewRecorder()
                 with recorder:
                     outs = list(flat_fn(*working))
-                bases = [recorder.root(outs[out_idx], depth) for out_idx, depth in witnesses]
+                bases = [
+                    whole_storage(outs[out_idx]) if whole[k] else recorder.root(outs[out_idx], depth)
+                    for k, (out_idx, depth) in enumerate(witnesses)
+                ]
             else:
                 outs, bases = list(flat_fn(*working)), []
             return [*(outs[i] for i in computed), *bases, *(working[i] for i in mutated)]
