@@ -1003,7 +1003,10 @@ def collect_meta(
             geometry = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
             step = ViewStep(_set_onto, geometry, grad_enabled=False)
             base_k = base_of_storage[key]
-            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=(step,)))
+            if out.requires_grad:  # its history is computed by the graph, put on the memory by the epilogue
+                output_info.append(info(OutputType.NON_ALIAS, on_storage=(base_k, step)))
+            else:
+                output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=(step,)))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
         # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
@@ -1152,8 +1155,9 @@ def _grown_intermediate_storages(
     input_storage: dict[int, UserArg],
 ) -> set[int]:
     """Storages of outputs that a ``resize_`` of a tensor the function made grew (an alias of another output,
-    say), where no output requires grad: eager's outputs on one share all of it, elements no output spans
-    included, which no replay from one output's memory has."""
+    say): eager's outputs on one share all of it, elements no output spans included, which no replay from one
+    output's memory has. Where an output on it needs no grad (it is taken again on the memory), and each one
+    requiring grad is no view (the graph computes its history, the epilogue puts it on the memory)."""
     grown = set()
     for out in outs:
         if not isinstance(out, torch.Tensor) or id(out) in input_position or storage_key(out) in input_storage:
@@ -1161,8 +1165,14 @@ def _grown_intermediate_storages(
         chain = recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]
         if any(step.op is _aten.resize.default and step.in_place for step in chain):
             grown.add(storage_key(out))
-    on = [(storage_key(out), out.requires_grad) for out in outs if isinstance(out, torch.Tensor)]
-    return {key for key in grown if not any(needs_grad for k, needs_grad in on if k == key)}
+    # Outputs requiring grad: plain tensors only (their history is put on the memory), beside one needing none.
+    on = [(storage_key(out), out.requires_grad, out._base is None) for out in outs if isinstance(out, torch.Tensor)]
+    return {
+        key
+        for key in grown
+        if all(plain for k, needs_grad, plain in on if k == key and needs_grad)
+        and any(not needs_grad for k, needs_grad, _ in on if k == key)
+    }
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:

@@ -111,6 +111,7 @@ def _strided_view_of_leaf():
 # Class 5: out= a .data alias of a clone, of another shape: the resize grows the clone's storage, which both
 # outputs share past the clone's elements. The graph returns that whole storage, both are taken again on it
 # (they were: the alias replayed by an out-of-place resize, on memory of its own, its new element uninitialized).
+# An output requiring grad has its history computed by the graph, put on that memory.
 def _add_out_into_data_of_clone(a0, a1):
     v0 = a1.clone()
     v2 = v0.data
@@ -151,12 +152,7 @@ PROGRAMS = {
 }
 
 # Strict xfails: (name, mode) -> why it still differs.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("resize_detached_alias_of_product", "training"): (
-        "class 5: an output requiring grad on storage a resize_ of its alias grew: taken again on the whole "
-        "storage only where no output requires grad (its history would have to be put on the alias)"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

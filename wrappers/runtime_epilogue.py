@@ -95,7 +95,8 @@ class RuntimeEpilogue:
         # Below, a Function's view of an input is a computed output like any other; a leaf the function
         # called requires_grad_() on is a value without history (no tangent).
         computed_info = tuple(
-            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None) for i in computed
+            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
+            for i in computed
         )
         inner_meta = dataclasses.replace(
             meta,
@@ -115,7 +116,10 @@ class RuntimeEpilogue:
         moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
         counters = Counters([(i, meta.input_info[i].version_bumps) for i in moved], self._counter_groups)
         # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
-        hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
+        hidden_views = any(
+            info.hidden_view or info.computed_alias is not None or info.on_storage is not None
+            for info in meta.output_info
+        )
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
@@ -154,6 +158,12 @@ class RuntimeEpilogue:
                             outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
+                if info.on_storage is not None:
+                    # The graph computed it; eager's sits on the grown memory the graph returned whole.
+                    base_k, step = info.on_storage
+                    on_memory = replay_views(graph_outs[base_to_graph[base_k]], (step,), made)
+                    with uncounted(on_memory):
+                        outs[out_idx] = with_history(AdoptHistory, on_memory, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
