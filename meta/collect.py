@@ -143,6 +143,8 @@ _INPLACE_VIEW_METHODS = frozenset(
     }
 )
 _RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+# Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
+_GROWN_ROOT_KEY = 2**50
 # ``set_``'s out-of-place twins, as a recorded step of a view chain.
 _SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
 _SET_OPS = frozenset(
@@ -468,6 +470,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.reach: dict[int, int] = {}
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
+        # Storages of tensors the function made that a resize_ grew (their tensors are taken again on all of it).
+        self.grown_made: set[int] = set()
         self.clock = 0  # orders views and writes
         # Tensors (by id) the function called requires_grad_() on, seen under the caller's inference mode only.
         self.made_require_grad: dict[int, torch.Tensor] = {}
@@ -579,6 +583,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
             twin, twin_args = _out_of_place_view(func), tuple(args[1:])
             if resized:
+                twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
+            if 0 <= nbytes_before < first.untyped_storage().nbytes() and not self._is_source(first):
+                # Grown: taken again, by strides, on the whole grown memory (see ``_grown_intermediate_storages``).
+                self.grown_made.add(storage_key(first))
                 twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
             if twin is not None:
                 # A view keeps the grad mode it was made in (its creation meta) through in-place changes.
@@ -966,8 +974,9 @@ def collect_meta(
     output_info: list[OutputAliasInfo] = []
     intermediate_bases: list[OutputAliasInfo] = []
     base_of_root: dict[int, IntermediateBase] = {}
-    grown = _grown_intermediate_storages(recorder, outs, input_position, input_storage)
+    grown = _grown_intermediate_storages(recorder, outs)
     base_of_storage: dict[int, IntermediateBase] = {}
+    grown_roots: dict[int, int] = {}  # id(root tensor on a grown storage) -> its number
     for out_idx, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
@@ -993,20 +1002,24 @@ def collect_meta(
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
             continue
         if storage_key(out) in grown:
-            # On memory a resize_ of an alias grew: eager's tensors on it share it, beyond each one's elements.
+            # On memory a resize_ grew: eager's tensors on it share all of it, beyond each one's elements. The
+            # graph returns it whole; the tensor the function made on it is taken again there, its views from it.
             key = storage_key(out)
+            root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
             if key not in base_of_storage:
                 base_of_storage[key] = IntermediateBase(len(intermediate_bases))
                 numel = out.untyped_storage().nbytes() // out.element_size()
                 spec = TensorSpec((numel,), (1,), out.dtype)
                 intermediate_bases.append(OutputAliasInfo(OutputType.NON_ALIAS, False, spec, whole_storage=True))
-            geometry = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
-            step = ViewStep(_set_onto, geometry, grad_enabled=False)
             base_k = base_of_storage[key]
-            if out.requires_grad:  # its history is computed by the graph, put on the memory by the epilogue
-                output_info.append(info(OutputType.NON_ALIAS, on_storage=(base_k, step)))
-            else:
-                output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=(step,)))
+            # One object per root, shared by every chain from it (a key no traced step has).
+            root_key = _GROWN_ROOT_KEY + grown_roots.setdefault(id(root), len(grown_roots))
+            made_root = ViewStep(_set_onto, _geometry(root), grad_enabled=False, key=root_key)
+            if out.requires_grad:  # no view: its history is computed by the graph, put on the memory by the epilogue
+                output_info.append(info(OutputType.NON_ALIAS, on_storage=(base_k, made_root)))
+                continue
+            chain = (made_root, *_from_final_geometry(chain, root, root_geometry)) if chain else (made_root,)
+            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
         # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
@@ -1148,28 +1161,15 @@ def _history_of_set(tensor: torch.Tensor) -> bool:
     return type(tensor.grad_fn).__name__ == "NotImplemented"
 
 
-def _grown_intermediate_storages(
-    recorder: ViewRecorder,
-    outs: Sequence[torch.Tensor],
-    input_position: dict[int, UserArg],
-    input_storage: dict[int, UserArg],
-) -> set[int]:
-    """Storages of outputs that a ``resize_`` of a tensor the function made grew (an alias of another output,
-    say): eager's outputs on one share all of it, elements no output spans included, which no replay from one
-    output's memory has. Where an output on it needs no grad (it is taken again on the memory), and each one
-    requiring grad is no view (the graph computes its history, the epilogue puts it on the memory)."""
-    grown = set()
-    for out in outs:
-        if not isinstance(out, torch.Tensor) or id(out) in input_position or storage_key(out) in input_storage:
-            continue
-        chain = recorder.chain_to_root(out, lambda t: id(t) in input_position)[1]
-        if any(step.op is _aten.resize.default and step.in_place for step in chain):
-            grown.add(storage_key(out))
-    # Outputs requiring grad: plain tensors only (their history is put on the memory), beside one needing none.
+def _grown_intermediate_storages(recorder: ViewRecorder, outs: Sequence[torch.Tensor]) -> set[int]:
+    """Storages of outputs that a ``resize_`` grew (of a tensor the function made, or an alias of one): eager's
+    tensors on one share all of it, elements no output spans included, which no replay from one output's
+    memory has. Taken where each output on it requiring grad is no view (the graph computes its history, the
+    epilogue puts it on the memory) beside one needing none (from which the whole memory is taken)."""
     on = [(storage_key(out), out.requires_grad, out._base is None) for out in outs if isinstance(out, torch.Tensor)]
     return {
         key
-        for key in grown
+        for key in recorder.grown_made
         if all(plain for k, needs_grad, plain in on if k == key and needs_grad)
         and any(not needs_grad for k, needs_grad, _ in on if k == key)
     }

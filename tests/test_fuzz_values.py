@@ -132,6 +132,14 @@ def _resize_detached_alias_of_product(a0):
     return (v0, v2)
 
 
+def _views_on_grown_storage(a0):
+    v0 = a0 * 1
+    v2 = v0.detach()
+    v2.resize_(2, 5)
+    v2.fill_(3.0)
+    return (v0[1:], v2.t(), v2[1])
+
+
 def _leaf_vector():
     return (torch.randn(6, generator=_gen()).requires_grad_(),)
 
@@ -139,6 +147,7 @@ def _leaf_vector():
 PROGRAMS = {
     "add_out_into_data_of_clone": (_add_out_into_data_of_clone, _int_strided_views),
     "resize_detached_alias_of_product": (_resize_detached_alias_of_product, _leaf_vector),
+    "views_on_grown_storage": (_views_on_grown_storage, _leaf_vector),
     "view_of_intermediate_set_onto_clone": (_view_of_intermediate_set_onto_clone, _strided_view_of_leaf),
     "view_of_intermediate_set_onto_clone_in_grad_mode": (
         _view_of_intermediate_set_onto_clone_in_grad_mode,
