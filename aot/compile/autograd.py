@@ -23,6 +23,7 @@ from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
+from wrappers.codegen import Source, attach
 
 __all__ = ["BoxedFn", "HigherOrder", "fresh_outputs", "make_training_runtime", "restride"]
 
@@ -261,4 +262,16 @@ def make_training_runtime(
                 return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
         return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
 
-    return run
+    def emit(source: Source, args: str) -> str:
+        apply = source.const(CompiledFunction.apply, "compiled_function")
+        grad_on, enable = source.const(torch.is_grad_enabled, "grad_on"), source.const(torch.enable_grad, "enable_grad")
+        outs = source.fresh("outs")
+        with source.block(f"if {grad_on}():"):
+            source.line(f"{outs} = list({apply}(*{args}))")
+        with source.block("else:"):
+            source.line("# called under no_grad: recorded as the function's enable_grad region was")
+            with source.block(f"with {enable}():"):
+                source.line(f"{outs} = list({apply}(*{args}))")
+        return outs
+
+    return attach(run, emit)
