@@ -291,9 +291,7 @@ class AOTFunction:
             resolved[position] = resolved.get(position, frozenset()) | frozenset(dims)
         return resolved
 
-    def _guarded(
-        self, key: Hashable, leaves: Sequence[Any]
-    ) -> tuple[CompiledEntry, _CallingConvention] | None:
+    def _guarded(self, key: Hashable, leaves: Sequence[Any]) -> tuple[CompiledEntry, _CallingConvention] | None:
         """The first entry compiled under ``key`` whose guard the call's sizes satisfy."""
         for guard, positions, entry, convention in self._dynamic_entries.get(key, ()):
             if guard([leaves[p] for p in positions]):

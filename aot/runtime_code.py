@@ -95,7 +95,9 @@ def entry_function(
                 f"{name}.shape == {source.const(leaf.shape, 'size')}",
                 f"{name}.stride() == {tuple(leaf.stride())!r}",
                 f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
-                f"{name}.device == {source.const(leaf.device, 'device')}",
+                f"{name}.is_cpu"
+                if leaf.device.type == "cpu"
+                else f"{name}.device == {source.const(leaf.device, 'dev')}",
             ]
             if leaf.requires_grad:
                 checks.append(f"{name}.requires_grad")

@@ -88,7 +88,7 @@ class Source:
         filename = f"<aotfx runtime {next(_serial)}>"
         linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
         namespace = dict(self.constants)
-        exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - our own generated source
+        exec(compile(text, filename, "exec"), namespace)  # our own generated source
         fn = namespace[name]
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("generated %s:\n%s", filename, text, extra={"aot": {"source": text}})

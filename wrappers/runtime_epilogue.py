@@ -179,7 +179,6 @@ class RuntimeEpilogue:
 
         return run
 
-
     def emit_post_compile(self, inner: Emitter) -> Emitter | None:
         """``post_compile``'s ``run`` as straight-line source: its per-output branches decided here, once."""
         meta, plan = self._outer_meta, self._emit_plan
@@ -264,13 +263,13 @@ class RuntimeEpilogue:
                     source.line(f"{out} = {replay}({outs[info.base_output]}, {chain}, {made})")
                 else:
                     assert info.base_intermediate is not None
-                    base = source.fresh("base")
-                    source.line(f"{base} = {graph_outs}[{base_to_graph[info.base_intermediate]}]")
+                    base_var = source.fresh("base")
+                    source.line(f"{base_var} = {graph_outs}[{base_to_graph[info.base_intermediate]}]")
                     if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]):
-                        with source.block(f"if not {base}.requires_grad:"):
-                            source.line(f"{base}.requires_grad_()  # its views require grad as eager's")
+                        with source.block(f"if not {base_var}.requires_grad:"):
+                            source.line(f"{base_var}.requires_grad_()  # its views require grad as eager's")
                     chain = source.const(info.view_chain, "chain")
-                    source.line(f"{out} = {replay}({base}, {chain}, {made})")
+                    source.line(f"{out} = {replay}({base_var}, {chain}, {made})")
             if counters:
                 source.line(f"{c}.finish({args}, {before})")
             result = source.fresh("outs")

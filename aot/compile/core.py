@@ -186,8 +186,9 @@ def runtime_from_graphs(
 
     def emit(source: Source, args: str) -> str:
         graph, fresh = source.const(compiled, "inference_graph"), source.const(fresh_outputs, "fresh_outputs")
-        grad_on, set_grad = source.const(torch.is_grad_enabled, "grad_on"), source.const(
-            torch._C._set_grad_enabled, "set_grad_enabled"
+        grad_on, set_grad = (
+            source.const(torch.is_grad_enabled, "grad_on"),
+            source.const(torch._C._set_grad_enabled, "set_grad_enabled"),
         )
         outs, mode = source.fresh("outs"), source.fresh("grad_mode")
         source.line(f"{mode} = {grad_on}()")
