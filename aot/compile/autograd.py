@@ -248,8 +248,12 @@ def make_training_runtime(
                         refused = error  # eager's double backward raises it, its first-order one does not
             # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
             # whatever the grad mode (as_strided_scatter of a non-contiguous one).
-            with torch.no_grad():
-                results = backward_fn()([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args])
+            detached = [arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            if torch.is_grad_enabled():
+                with torch.no_grad():
+                    results = backward_fn()(detached)
+            else:
+                results = backward_fn()(detached)  # the engine runs a first-order backward without grad mode
             if backward_writes:
                 tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
                 targets = [
