@@ -243,9 +243,10 @@ class AOTFunction:
                 # A hook added later (or modules adopted since) makes the full signature differ.
                 return self._hook_tables is not hook_tables or any(hook_tables)
 
-            fast, source = runtime_code.entry_function(
-                leaves, entry.emit, self._state_key, hooked, convention.exit_grad_mode, convention.rebuild, kind
-            )
+            with logs.silenced(not self.config.enable_log):
+                fast, source = runtime_code.entry_function(
+                    leaves, entry.emit, self._state_key, hooked, convention.exit_grad_mode, convention.rebuild, kind
+                )
             entry.runtime_source = source
         self._fast_functions[key] = fast
         return fast
