@@ -19,6 +19,7 @@ reference the generated code is tested against.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -104,8 +105,13 @@ def entry_function(
                 checks.append(f"{name}.is_leaf" if leaf.is_leaf else f"not {name}.is_leaf")
             else:
                 checks.append(f"not {name}.requires_grad")
-            checks += [f"not {name}.is_inference()", f"not getattr({name}, '_dynamo_dynamic_indices', None)"]
+            checks.append(f"not {name}.is_inference()")
             source.line(f"if not ({' and '.join(checks)}): return MISS")
+        if names:
+            # Only torch._dynamo's mark_dynamic marks a tensor: while it is not imported, nothing to look at.
+            marked = " or ".join(f"getattr({name}, '_dynamo_dynamic_indices', None)" for name in names)
+            modules = source.const(sys.modules, "modules")
+            source.line(f"if 'torch._dynamo' in {modules} and ({marked}): return MISS")
         if len(names) > 1:
             storages = ", ".join(f"{name}.untyped_storage()._cdata" for name in names)
             source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")

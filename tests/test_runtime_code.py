@@ -136,3 +136,16 @@ def test_runtime_channel_logs_the_source(caplog) -> None:  # type: ignore[no-unt
     sources = [r.aot["source"] for r in caplog.records if r.name == "aot.runtime"]  # type: ignore[attr-defined]
     assert any("def aotfx_call(args):" in source for source in sources)
     assert any("def aotfx_runtime(args):" in source for source in sources)
+
+
+def test_a_tensor_marked_dynamic_misses_the_guard() -> None:
+    import torch._dynamo
+
+    compiled = aot.aot_function(plain, aot.nop)
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    compiled(x, w)
+    compiled(x, w)
+    marked = torch.randn(3, 4)
+    torch._dynamo.mark_dynamic(marked, 0)
+    compiled(marked, w)
+    assert any(entry.dynamic_positions for entry in compiled.entries)
