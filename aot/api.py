@@ -211,9 +211,9 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.reference_runtime if self._reference else entry.runtime
         assert runtime is not None
-        if self._reference:
-            pass
-        elif isinstance(structure, int) and not dynamic and not entry.offset_guard and entry.emit is not None:
+        guardable = isinstance(structure, int) and not dynamic and not entry.offset_guard
+        if guardable and not self._reference and entry.emit is not None:
+            # The next call tries this entry's guarded generated function first.
             self._fast = self._fast_function(key, entry, convention, leaves)
         if entry.dynamic_positions:
             # Views the layers replay take this call's sizes where the trace had symbols.
