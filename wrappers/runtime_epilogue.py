@@ -260,6 +260,16 @@ class RuntimeEpilogue:
                     else:
                         view = source.const(ViewWithHistory, "ViewWithHistory")
                         source.line(f"{out} = {history}({view}, {of_input}, {out})")
+                if info.on_storage is not None:
+                    if kind != OutputType.NON_ALIAS and not info.replay_before_write_back and alias is None:
+                        source.line(f"{out} = None")
+                    base_k, step = info.on_storage
+                    on_memory, steps = source.fresh("on_memory"), source.const((step,), "chain")
+                    source.line(f"{on_memory} = {replay}({graph_outs}[{base_to_graph[base_k]}], {steps}, {made})")
+                    history = source.const(with_history, "with_history")
+                    with source.block(f"with {source.const(uncounted, 'uncounted')}({on_memory}):"):
+                        adopt = source.const(AdoptHistory, "AdoptHistory")
+                        source.line(f"{out} = {history}({adopt}, {on_memory}, {out})")
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
