@@ -261,7 +261,10 @@ class RuntimeEpilogue:
                             source.line(f"{out} = {history}({adopt}, {of_input}, {out})")
                     else:
                         view = source.const(ViewWithHistory, "ViewWithHistory")
-                        source.line(f"{out} = {history}({view}, {of_input}, {out})")
+                        with_view = f"{history}({view}, {of_input}, {out})"
+                        if info.is_leaf:  # a view of it taken under no_grad: no history, as eager's
+                            with_view = f"{of_input} if {of_input}.is_leaf else {with_view}"
+                        source.line(f"{out} = {with_view}")
                 if info.on_storage is not None:
                     if kind != OutputType.NON_ALIAS and not info.replay_before_write_back and alias is None:
                         source.line(f"{out} = None")
