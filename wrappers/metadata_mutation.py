@@ -382,9 +382,12 @@ class _MovedHistories(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
             name = func.overloadpacket.__name__
-        if name == "set_" and args and id(args[0]) in self._bases and not torch.is_grad_enabled():
+        found = self._bases.get(id(args[0])) if args else None
+        # set_(), or, of a leaf, a geometry change (``meta.collect`` marks one made after a use in grad mode).
+        moves = name == "set_" or (found is not None and found[2] and name in _INPLACE_VIEW_METHODS)
+        if found is not None and found[0] is args[0] and moves and not torch.is_grad_enabled():
             out = func(*args, **kwargs)
-            self._moved[id(args[0])] = self._bases[id(args[0])]
+            self._moved[id(args[0])] = found
             return out
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
@@ -451,7 +454,7 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
 
     Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
     old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
-    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad):
+    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad) or info.moves_history:
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
@@ -474,6 +477,7 @@ def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
         and unrecorded
         and info.storage_set_to is None
         and not info.storage_grown_to
+        and not info.moves_history
     )
 
 

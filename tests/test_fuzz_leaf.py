@@ -1,0 +1,86 @@
+"""Fuzzer classes about the gradient accumulator of a leaf whose geometry changes under no_grad.
+
+Eager makes a leaf's gradient accumulator at the leaf's first use in grad mode, for the geometry it has
+then, and keeps it through in-place geometry changes under no_grad (``t_``, ``unsqueeze_``, ``as_strided_``):
+the gradients of later uses reach it as they are (summed to its shape), element by element, not where the
+elements moved; views of the leaf take their history again from it in its new geometry.
+
+Class 1 of ``benchmarks/fuzz_mutation.py`` (seed 20, numbered as in ``benchmarks/fuzz_findings.md``) and
+variants of it, checked against eager with ``tests/oracle.py`` ``check``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check, check_in_mode
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _leaf(*shape: int) -> tuple[torch.Tensor]:
+    return (torch.randn(*shape, generator=_gen()).requires_grad_(),)
+
+
+# Class 1 (shrunk): used under autocast, written through .data, then transposed under no_grad.
+def _autocast_matmul_then_t(a0):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v1 = a0 @ a0.mT
+        a0.data.clamp_(min=-0.5)
+    with torch.no_grad():
+        a0.t_()
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _matmul_then_t(a0):
+    v1 = a0 @ a0.mT * torch.arange(4.0).view(2, 2)
+    with torch.no_grad():
+        a0.t_()
+    return (v1, a0 * torch.arange(4.0).view(2, 2))
+
+
+def _used_then_unsqueezed(a0):
+    v0 = a0.sin()
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (v0, a0 * 2)
+
+
+def _view_before_and_after(a0):
+    v = a0[1:]
+    with torch.no_grad():
+        a0.as_strided_((3,), (1,), 3)
+    w = a0[:2]
+    return (a0 * 2, v, w)
+
+
+def _leaf_on_larger_storage():
+    return (torch.randn(6, generator=_gen()).as_strided((3,), (1,), 0).detach().requires_grad_(),)
+
+
+def _sin_then_t_then_view(a0):
+    v0 = a0.sin()
+    with torch.no_grad():
+        a0.t_()
+    return (v0, a0[0] * 3, a0.exp())
+
+
+CASES = {
+    "autocast_matmul_then_t": (_autocast_matmul_then_t, lambda: _leaf(2, 2)),
+    "matmul_then_t": (_matmul_then_t, lambda: _leaf(2, 2)),
+    "used_then_unsqueezed": (_used_then_unsqueezed, lambda: _leaf(2, 4)),
+    "view_before_and_after": (_view_before_and_after, _leaf_on_larger_storage),
+    "sin_then_t_then_view": (_sin_then_t_then_view, lambda: _leaf(2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_training(name: str) -> None:
+    fn, make_args = CASES[name]
+    if name == "autocast_matmul_then_t":
+        check(fn, make_args, rtol=0.01, atol=0.01)
+    else:
+        check_in_mode(fn, make_args, "training")
