@@ -84,3 +84,20 @@ def test_training(name: str) -> None:
         check(fn, make_args, rtol=0.01, atol=0.01)
     else:
         check_in_mode(fn, make_args, "training")
+
+
+# Class 1 (program 44 of seed 20): two leaves sharing memory (each a ``detach().requires_grad_()`` of a slice
+# of one storage), merged into one base because an ``as_strided_`` reads absolute offsets: each keeps its
+# own gradient.
+def _as_strided_of_a_detached_alias(a0, a1):
+    a1.detach().as_strided_((3,), (2,), 8)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _two_leaves_on_one_storage():
+    s0 = torch.randn(37, generator=_gen())
+    return (s0[0:24].view(2, 3, 4).detach().requires_grad_()[...], s0[13:37].view(2, 3, 4).detach().requires_grad_())
+
+
+def test_two_leaves_on_one_storage() -> None:
+    check_in_mode(_as_strided_of_a_detached_alias, _two_leaves_on_one_storage, "training")

@@ -55,6 +55,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
+from wrappers.history import GradientTo
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
@@ -374,7 +375,7 @@ class _MovedHistories(TorchFunctionMode):
             return value
         _, base, leaf = found
         if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
-            return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
+            return GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         return history_taken_again(base, value)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -410,18 +411,6 @@ def _call_with_stand_ins(
     out = func(*((first, *rest) if args else ()), **kwargs_in)
     # An in-place op returns its argument: the function's object, not the stand-in.
     return args[0] if args and out is first and first is not args[0] else out
-
-
-class _GradientTo(torch.autograd.Function):
-    """``value`` (an alias of its memory) whose gradient goes to ``leaf``, of the same shape, as it is."""
-
-    @staticmethod
-    def forward(ctx: Any, leaf: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return value.detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
 
 
 # What a stand-in must not replace: the input object's own state and geometry.
