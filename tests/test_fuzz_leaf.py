@@ -101,3 +101,36 @@ def _two_leaves_on_one_storage():
 
 def test_two_leaves_on_one_storage() -> None:
     check_in_mode(_as_strided_of_a_detached_alias, _two_leaves_on_one_storage, "training")
+
+
+# Class 26 of seed 20 (shrunk): an expanded leaf's diagonal, taken before an unsqueeze_() under no_grad,
+# read after it.
+def _diagonal_then_unsqueezed(a0):
+    v0 = a0.diagonal()
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            with torch.no_grad():
+                v3 = a0.expand(2, 2, 4)
+    return (sum(t.real.sum() for t in (a0, v0, v3)),)
+
+
+def _expanded_complex_leaf():
+    return (torch.randn(1, 4, generator=_gen(), dtype=torch.complex64).expand(2, 4).detach().requires_grad_(),)
+
+
+def _view_before_used_after(a0):
+    v = a0[0]
+    y = a0.sin()
+    with torch.no_grad():
+        a0.t_()
+    return (y, v * 2, a0 * 3)
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [(_diagonal_then_unsqueezed, _expanded_complex_leaf), (_view_before_used_after, lambda: _leaf(3, 3))],
+)
+def test_view_taken_before_the_change(fn, make_args) -> None:
+    check_in_mode(fn, make_args, "training")

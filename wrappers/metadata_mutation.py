@@ -372,11 +372,23 @@ class _MovedHistories(TorchFunctionMode):
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         found = self._moved.get(id(value))
         if found is None or found[0] is not value:
-            return value
+            return self._view_stand_in(value)
         _, base, leaf = found
         if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
             return GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         return history_taken_again(base, value)
+
+    def _view_stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        """A view with history of a moved leaf, taken before the move: eager's takes its history again from
+        the leaf in its new geometry (by strides), so its gradient reaches the elements it sits on there."""
+        if value._base is None or not value.requires_grad:
+            return value
+        for alias, leaf, is_leaf in self._moved.values():
+            if is_leaf and value is not alias and value._base is view_root(alias):
+                moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
+                offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
+                return moved.as_strided(value.shape, value.stride(), offset)  # type: ignore[no-any-return]
+        return value
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
