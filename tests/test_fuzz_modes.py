@@ -293,10 +293,8 @@ CASES = {
 }
 
 # Classes not fixed yet, strict so that a fix shows.
-_AUTOCAST_SET = "the trace reads the input in its geometry before set_() under autocast (class 7)"
 _GROWN_DATA = "the grown .data alias is replayed as a view of the graph's smaller intermediate (class 34)"
 KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("set_under_autocast_after_transpose_", "training"): _AUTOCAST_SET,
     ("out_grows_data_of_clone", "training"): _GROWN_DATA,
     ("out_grows_data_of_clone", "no_grad"): _GROWN_DATA,
     ("out_grows_data_of_clone", "inference_mode"): _GROWN_DATA,
