@@ -155,3 +155,58 @@ def _tail_of_nonleaf():
 )
 def test_as_strided_beyond_then_bumped() -> None:
     check_in_mode(_as_strided_beyond_then_bumped, _tail_of_nonleaf, "training")
+
+
+# Program 255 of seed 3: a member of one base restrided under no_grad after a grad-mode unfold; the base's
+# source and the member's stand-in while compiling are different leaves: the member's gradient reaches its
+# root over the whole span (the unfold's elements lie outside the final geometry).
+def _unfold_then_restrided(a0, a1):
+    v0 = a1.unfold(0, 2, 1)
+    with torch.set_grad_enabled(False):
+        a1.as_strided_((2, 1), (1, 1), 8)
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _strided_and_plain_of_leaf():
+    s1 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (s1[6:14:2], s1[2:8])
+
+
+def _written_under_no_grad_then_read(a0, a1):
+    with torch.no_grad():
+        a0.mul_(2)
+    return (a0.sin().sum() + (a1 * 3).sum(),)
+
+
+def _one_leaf():
+    s = torch.randn(10, generator=_gen()).requires_grad_()
+    return (s[0:5], s[3:8])
+
+
+def _two_leaves():
+    s = torch.randn(10, generator=_gen())
+    return (s[0:5].detach().requires_grad_(), s[3:8].detach().requires_grad_())
+
+
+def _view_and_leaf_view():
+    s = torch.randn(10, generator=_gen()).requires_grad_()
+    return (s[0:5], s.detach()[3:8].requires_grad_())
+
+
+def test_unfold_then_restrided() -> None:
+    check_in_mode(_unfold_then_restrided, _strided_and_plain_of_leaf, "training")
+
+
+@pytest.mark.parametrize(
+    "first, then",
+    [
+        (_one_leaf, _two_leaves),
+        (_two_leaves, _one_leaf),
+        (_one_leaf, _view_and_leaf_view),
+        (_view_and_leaf_view, _two_leaves),
+    ],
+)
+def test_grad_roots_of_one_base_reused(first, then) -> None:
+    """Overlapping inputs, one written: one leaf behind both, or one each; compiled for one, called with the other."""
+    compiled = check(_written_under_no_grad_then_read, first)
+    check(_written_under_no_grad_then_read, then, compiled_fn=compiled)

@@ -195,6 +195,7 @@ class SyntheticBase:
         self._split: OutputSplit | None = None
         self._counter_groups: list[int] = []
         self._rerouted: tuple[UserArg, ...] = ()
+        self._own_leaves: set[UserArg] = set()  # those that are leaves: passed themselves
 
     @property
     def to_outer(self) -> IndexMap[BaseArg, tuple[UserArg, ...]]:
@@ -250,6 +251,8 @@ class SyntheticBase:
         # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
         rerouted = _rerouted(clusters, args)
         self._rerouted = rerouted
+        own_leaves = {m for m in rerouted if args[m].grad_fn is None}
+        self._own_leaves = own_leaves
         first_rerouted = len(plain) + len(clusters)
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
@@ -269,7 +272,13 @@ class SyntheticBase:
                     working[m] = member.detach() if m in detached else member
                     if m in rerouted:
                         own = inner_args[first_rerouted + rerouted.index(m)]
-                        working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
+                        if m in own_leaves:  # its gradient covers its own elements
+                            working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
+                            continue
+                        # The base's memory with the member's own history (its root over the same span): views
+                        # of it, as_strided ones too, reach every element the member's root has there.
+                        own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                        working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
@@ -296,17 +305,18 @@ class SyntheticBase:
         # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
         inner_position = {arg: UserArg(position) for position, arg in enumerate(plain)}
         kept_info = tuple(_renumbered(info, inner_position) for info in split.inner_output_info(meta))
+        own_bases = _own_bases(args, rerouted, own_leaves, clusters, spans)
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(meta.input_info[arg] for arg in plain)
             + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True))
             + tuple(
-                InputAliasInfo(name=meta.input_info[m].name, requires_grad=True, is_leaf=args[m].is_leaf)
-                for m in rerouted
+                InputAliasInfo(name=f"own_base_of_{meta.input_info[m].name}", requires_grad=True, is_leaf=own.is_leaf)
+                for m, own in zip(rerouted, own_bases, strict=True)
             ),
             output_info=kept_info + new_values,
         )
-        return Stage(inner_fn, [args[arg] for arg in plain] + bases + [args[m] for m in rerouted], inner_meta)
+        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta)
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta, clusters, plain, split, rerouted = self._meta, self._clusters, self._plain, self._split, self._rerouted
@@ -325,11 +335,13 @@ class SyntheticBase:
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             bases = []
+            spans = []
             targets: list[torch.Tensor] = []
             target_infos: list[InputAliasInfo] = []
             for cluster, cluster_infos in zip(clusters, infos, strict=True):
                 cluster_args = [args[m] for m in cluster.members]
-                base = span_base(cluster_args, _span(cluster_args, cluster_infos))
+                spans.append(_span(cluster_args, cluster_infos))
+                base = span_base(cluster_args, spans[-1])
                 bases.append(base)
                 if cluster.whole:
                     targets.append(_write_target([args[m] for m in cluster.written], base))
@@ -337,7 +349,7 @@ class SyntheticBase:
                 else:
                     targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
-            own = [args[m] for m in rerouted]
+            own = _own_bases(args, rerouted, self._own_leaves, clusters, spans)
             inner_outs, before = counters.call(inner, [*(args[arg] for arg in plain), *bases, *own], args)
             made: dict[int, torch.Tensor] = {}
 
@@ -377,6 +389,19 @@ class SyntheticBase:
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:
     return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))
+
+
+def _own_bases(
+    args: Sequence[torch.Tensor],
+    rerouted: tuple[UserArg, ...],
+    leaves: set[UserArg],
+    clusters: Sequence[_Cluster],
+    spans: Sequence[tuple[int, int]],
+) -> list[torch.Tensor]:
+    """For each member with a history of its own, where its gradient goes: itself if a leaf, else its root
+    over its cluster's span."""
+    span_of = {m: span for cluster, span in zip(clusters, spans, strict=True) for m in cluster.members}
+    return [args[m] if m in leaves else span_base([args[m]], span_of[m]) for m in rerouted]
 
 
 def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -> OutputAliasInfo:
