@@ -466,8 +466,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._input_roots = {id(view_root(t)) for t in alias_sources}
         # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
         self.set_refusal: tuple[Any, torch.Tensor] | None = None
-        # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then.
+        # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then;
+        # and leaves whose geometry changed under no_grad after a use autograd recorded (see ``_note_grad_use``).
         self.moved_history: dict[int, int] = {}
+        # Leaf inputs requiring grad, by id, and those an op autograd records has read: eager made their
+        # gradient accumulator then, for the geometry they had.
+        self._grad_leaves = {id(t) for t in alias_sources if t.requires_grad and t.grad_fn is None}
+        self._accumulating: set[int] = set()
+        self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
         self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
@@ -566,6 +572,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # A set_() leaves its target's memory: where the target sat in it no longer matters.
             used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
             self._note_storage_use(func, used)
+        if self._grad_leaves and records():
+            self._note_grad_use([*args, *kwargs.values()])
         out = func(*args, **kwargs)
         self._storage_owners.note([out])
         if set_from is not None and first is not None:
@@ -579,6 +587,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if first is not None and nbytes_before >= 0:
             resized = first.untyped_storage().nbytes() == nbytes_before or self._is_source(first)
         metadata_only = metadata_only or resized
+        if metadata_only and first is not None and id(first) in self._accumulating and not records():
+            # Eager's accumulator keeps the geometry it was made for: later uses' gradients reach it as they
+            # are (summed to its shape), which is what ``moves_history`` gives a leaf.
+            self.moved_history.setdefault(id(first), self.clock)
+            self.accumulator_kept.add(id(first))
         if resized and first is not None and self._is_source(first):
             self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
             if first.untyped_storage().nbytes() > nbytes_before:
@@ -621,6 +634,16 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._keep.append(view)
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
+
+    def _note_grad_use(self, values: list[Any]) -> None:
+        """Leaf inputs requiring grad that ``values`` (an op's arguments, autograd recording it) are, or are
+        views of: their gradient accumulator exists from now on."""
+        for value in values:
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                    root = view_root(tensor)
+                    if id(root) in self._grad_leaves:
+                        self._accumulating.add(id(root))
 
     def _refuse_set_of_input_with_history(
         self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
@@ -942,6 +965,9 @@ def collect_meta(
     # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
     # again from the caller's tensor once it is moved.
     moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
+    # And views of a leaf whose geometry changed under no_grad after a use in grad mode: eager's views take
+    # their history again from the leaf in its final geometry (the caller's, once restrided).
+    moved |= recorder.accumulator_kept
     after_set = set()
     for out in outs:
         root = recorder.chain_to_root(out, lambda t: id(t) in input_position)[0]

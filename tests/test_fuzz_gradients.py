@@ -114,7 +114,26 @@ def _strided_and_expanded():
     return (s0[3:15].view(3, 4)[:, ::2], s0[1:4].expand(2, 3))
 
 
+# Classes 15 and 20 of seed 20: the detached argument shares memory with a view of a leaf (a member of one
+# synthetic base): the leaf's gradient reached the base taken from the detached member's root.
+def _set_under_no_grad(a0, a1):
+    with torch.no_grad():
+        a1.set_(a0)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _overlapping_slices_of_nonleaf():
+    s0 = torch.randn(24, generator=_gen()).requires_grad_() * 1
+    return (s0[3:9].view(2, 3), s0[4:10].view(2, 3))
+
+
+def _strided_and_transposed_of_leaf():
+    s0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (s0[7:15:2], s0[5:17].view(4, 3).t())
+
+
 REUSED = {
+    "set_under_no_grad": (_set_under_no_grad, _overlapping_slices_of_nonleaf, 0),
     "clamp_second": (_clamp_second, _slices_of_nonleaf, 0),
     "clamp_third": (_clamp_third, _halves_twice, 0),
     "data_fill_first": (_data_fill_first, _three_overlapping, 0),
@@ -292,8 +311,10 @@ def _detached_and_view_of_leaf():
     return (s0[7:15:2].detach(), s0[5:17].view(4, 3).t())
 
 
-# Class 60: a leaf used in grad mode, then unsqueeze_()d under no_grad: eager's gradient accumulator was made
-# for its first geometry, and sums the gradient of its later uses to it.
+# Class 60 (class 26 of seed 20): a leaf used in grad mode, then unsqueeze_()d under no_grad: eager's gradient
+# accumulator was made for its first geometry, and sums the gradient of its later uses to it; the diagonal taken
+# before takes its history again from the leaf in its new geometry, by strides (the leaf is expanded: eager's
+# as_strided backward divides by the overlap).
 def _used_then_unsqueezed(a0, a1):
     v0 = a1.diagonal()
     with torch.no_grad():
@@ -312,30 +333,30 @@ def _expanded_complex_leaf_twice():
     return (leaf, leaf)
 
 
-OPEN = {
-    "neg_then_requires_grad": (
-        _neg_then_requires_grad,
-        _four_views_of_two,
-        "members of one synthetic base with histories of their own: the base carries one",
-    ),
-    "requires_grad_then_data_scatter": (
-        _requires_grad_then_data_scatter,
-        _detached_and_view_of_leaf,
-        "members of one synthetic base with histories of their own: the base carries one",
-    ),
-    "used_then_unsqueezed": (
-        _used_then_unsqueezed,
-        _expanded_complex_leaf_twice,
-        "eager's gradient accumulator keeps the geometry of the leaf's first use in grad mode",
-    ),
+OWN_HISTORIES = {
+    "neg_then_requires_grad": (_neg_then_requires_grad, _four_views_of_two),
+    "requires_grad_then_data_scatter": (_requires_grad_then_data_scatter, _detached_and_view_of_leaf),
 }
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPEN[name][2])) for name in sorted(OPEN)]
-)
-def test_open(name: str) -> None:
-    fn, make_args, _ = OPEN[name]
+@pytest.mark.parametrize("name", sorted(OWN_HISTORIES))
+def test_members_with_histories_of_their_own(name: str) -> None:
+    check_in_mode(*OWN_HISTORIES[name], "training")
+
+
+def test_reused_with_a_detached_member_of_a_leaf() -> None:
+    """Class 20 of seed 20: ``requires_grad_then_data_scatter`` on two views of one leaf, called again with
+    the first detached."""
+    fn, make_args = _requires_grad_then_data_scatter, _strided_and_transposed_of_leaf
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check(fn, make_args)
+        compiled = check(fn, make_args)
+        check(fn, _detached(make_args, 0), compiled_fn=compiled)
+        compiled = check(fn, _detached(make_args, 0))
+        check(fn, make_args, compiled_fn=compiled)
+
+
+def test_used_then_unsqueezed() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(_used_then_unsqueezed, _expanded_complex_leaf_twice)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["AdoptHistory", "ViewWithHistory", "with_history"]
+__all__ = ["AdoptHistory", "GradientTo", "ViewWithHistory", "with_history"]
 
 
 class ViewWithHistory(torch.autograd.Function):
@@ -24,6 +24,18 @@ class ViewWithHistory(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
         return None, grad
+
+
+class GradientTo(torch.autograd.Function):
+    """``value`` (an alias of its memory) whose gradient goes to ``target``, as it is (summed to its shape)."""
+
+    @staticmethod
+    def forward(ctx: Any, target: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return value.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
 
 
 class AdoptHistory(torch.autograd.Function):

@@ -56,6 +56,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
+from wrappers.history import GradientTo
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
@@ -388,20 +389,35 @@ class _MovedHistories(TorchFunctionMode):
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         found = self._moved.get(id(value))
         if found is None or found[0] is not value:
-            return value
+            return self._view_stand_in(value)
         _, base, leaf = found
         if leaf:  # a leaf accumulates the gradients of its new geometry (of its shape) element by element
-            return _GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
+            return GradientTo.apply(base, value)  # type: ignore[no-any-return,no-untyped-call]
         return history_taken_again(base, value)
+
+    def _view_stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        """A view with history of a moved leaf, taken before the move: eager's takes its history again from
+        the leaf in its new geometry (by strides), so its gradient reaches the elements it sits on there."""
+        if value._base is None or not value.requires_grad:
+            return value
+        for alias, leaf, is_leaf in self._moved.values():
+            if is_leaf and value is not alias and value._base is view_root(alias):
+                moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
+                offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
+                return moved.as_strided(value.shape, value.stride(), offset)  # type: ignore[no-any-return]
+        return value
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
             name = func.overloadpacket.__name__
-        if name == "set_" and args and id(args[0]) in self._bases and not torch.is_grad_enabled():
+        found = self._bases.get(id(args[0])) if args else None
+        # set_(), or, of a leaf, a geometry change (``meta.collect`` marks one made after a use in grad mode).
+        moves = name == "set_" or (found is not None and found[2] and name in _INPLACE_VIEW_METHODS)
+        if found is not None and found[0] is args[0] and moves and not torch.is_grad_enabled():
             out = func(*args, **kwargs)
-            self._moved[id(args[0])] = self._bases[id(args[0])]
+            self._moved[id(args[0])] = found
             return out
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
@@ -424,18 +440,6 @@ def _call_with_stand_ins(
     out = func(*((first, *rest) if args else ()), **kwargs_in)
     # An in-place op returns its argument: the function's object, not the stand-in.
     return args[0] if args and out is first and first is not args[0] else out
-
-
-class _GradientTo(torch.autograd.Function):
-    """``value`` (an alias of its memory) whose gradient goes to ``leaf``, of the same shape, as it is."""
-
-    @staticmethod
-    def forward(ctx: Any, leaf: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return value.detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
 
 
 # What a stand-in must not replace: the input object's own state and geometry.
@@ -462,7 +466,7 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
 
     Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
     old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
-    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad):
+    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad) or info.moves_history:
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
@@ -485,6 +489,7 @@ def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
         and unrecorded
         and info.storage_set_to is None
         and not info.storage_grown_to
+        and not info.moves_history
     )
 
 

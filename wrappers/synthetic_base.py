@@ -38,7 +38,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
-from wrappers.history import AdoptHistory, ViewWithHistory, with_history
+from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, with_history
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import write_back
 
@@ -119,6 +119,16 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
             "inputs that share memory with different dtypes (view(dtype), view_as_real ...), one of them "
             "written: not supported; pass them as separate tensors"
         )
+    source = _source(members)
+    start, end = span
+    # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
+    # would refuse the history an enable_grad region of the function reads.
+    with torch.enable_grad():
+        return source.as_strided((end - start,), (1,), start)
+
+
+def _source(members: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The tensor a cluster's base is taken from (see ``span_base``)."""
     roots = {id(root): root for root in (view_root(m) for m in members)}
     source = next(iter(roots.values())) if len(roots) == 1 else members[0]
     requiring_grad = [m for m in members if m.requires_grad]
@@ -129,11 +139,21 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
     elif len(requiring_grad) == 1 and not source.requires_grad:
         # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
         source = requiring_grad[0]
-    start, end = span
-    # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
-    # would refuse the history an enable_grad region of the function reads.
-    with torch.enable_grad():
-        return source.as_strided((end - start,), (1,), start)
+    return source
+
+
+def _grad_root(tensor: torch.Tensor) -> torch.Tensor | None:
+    """What ``tensor``'s gradient reaches: itself if a leaf requiring grad, else the tensor it is a view of."""
+    if not tensor.requires_grad:
+        return None
+    return tensor if tensor.grad_fn is None else view_root(tensor)
+
+
+def _own_histories(members: Sequence[torch.Tensor]) -> list[int]:
+    """Positions of the members requiring grad whose history is not the base's: a leaf of its own sharing the
+    memory (``detach().requires_grad_()``), a view of another leaf. Eager differentiates each through its own."""
+    source = _grad_root(_source(members))
+    return [k for k, m in enumerate(members) if (root := _grad_root(m)) is not None and root is not source]
 
 
 def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.Tensor:
@@ -174,15 +194,22 @@ class SyntheticBase:
         self._plain: tuple[UserArg, ...] = ()
         self._split: OutputSplit | None = None
         self._counter_groups: list[int] = []
+        self._rerouted: tuple[UserArg, ...] = ()
+        self._own_leaves: set[UserArg] = set()  # those that are leaves: passed themselves
 
     @property
     def to_outer(self) -> IndexMap[BaseArg, tuple[UserArg, ...]]:
-        """Each inner input -> the outer inputs it stands for: the plain ones, then one base per cluster."""
+        """Each inner input -> the outer inputs it stands for: the plain ones, one base per cluster, then the
+        members with histories of their own (``_own_histories``)."""
         if not self._clusters:
             return IndexMap()
-        plain = [(BaseArg(i), (arg,)) for i, arg in enumerate(self._plain)]
+        plain: list[tuple[BaseArg, tuple[UserArg, ...]]] = [(BaseArg(i), (arg,)) for i, arg in enumerate(self._plain)]
         based = [(BaseArg(len(self._plain) + k), c.members) for k, c in enumerate(self._clusters)]
-        return IndexMap(plain + based)
+        first = len(self._plain) + len(self._clusters)
+        own: list[tuple[BaseArg, tuple[UserArg, ...]]] = [
+            (BaseArg(first + k), (m,)) for k, m in enumerate(self._rerouted)
+        ]
+        return IndexMap(plain + based + own)
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
@@ -220,6 +247,13 @@ class SyntheticBase:
             for m in cluster.members
             if not meta.input_info[m].requires_grad
         }
+        # Members with a history of their own (``_own_histories``): the base carries one, so each reads the
+        # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
+        rerouted = _rerouted(clusters, args)
+        self._rerouted = rerouted
+        own_leaves = {m for m in rerouted if args[m].grad_fn is None}
+        self._own_leaves = own_leaves
+        first_rerouted = len(plain) + len(clusters)
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
             working: list[Any] = [None] * num_args
@@ -238,6 +272,15 @@ class SyntheticBase:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
                     working[m] = member.detach() if m in detached else member
+                    if m in rerouted:
+                        own = inner_args[first_rerouted + rerouted.index(m)]
+                        if m in own_leaves:  # its gradient covers its own elements
+                            working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
+                            continue
+                        # The base's memory with the member's own history (its root over the same span): views
+                        # of it, as_strided ones too, reach every element the member's root has there.
+                        own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                        working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
@@ -264,16 +307,21 @@ class SyntheticBase:
         # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
         inner_position = {arg: UserArg(position) for position, arg in enumerate(plain)}
         kept_info = tuple(_renumbered(info, inner_position) for info in split.inner_output_info(meta))
+        own_bases = _own_bases(args, rerouted, own_leaves, clusters, spans)
         inner_meta = dataclasses.replace(
             meta,
             input_info=tuple(meta.input_info[arg] for arg in plain)
-            + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True)),
+            + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True))
+            + tuple(
+                InputAliasInfo(name=f"own_base_of_{meta.input_info[m].name}", requires_grad=True, is_leaf=own.is_leaf)
+                for m, own in zip(rerouted, own_bases, strict=True)
+            ),
             output_info=kept_info + new_values,
         )
-        return Stage(inner_fn, [args[arg] for arg in plain] + bases, inner_meta)
+        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta)
 
     def post_compile(self, inner: Runtime) -> Runtime:
-        meta, clusters, plain, split = self._meta, self._clusters, self._plain, self._split
+        meta, clusters, plain, split, rerouted = self._meta, self._clusters, self._plain, self._split, self._rerouted
         assert meta is not None, "post_compile before pre_compile"
         if not clusters:
             return inner
@@ -289,11 +337,13 @@ class SyntheticBase:
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             bases = []
+            spans = []
             targets: list[torch.Tensor] = []
             target_infos: list[InputAliasInfo] = []
             for cluster, cluster_infos in zip(clusters, infos, strict=True):
                 cluster_args = [args[m] for m in cluster.members]
-                base = span_base(cluster_args, _span(cluster_args, cluster_infos))
+                spans.append(_span(cluster_args, cluster_infos))
+                base = span_base(cluster_args, spans[-1])
                 bases.append(base)
                 if cluster.whole:
                     targets.append(_write_target([args[m] for m in cluster.written], base))
@@ -301,7 +351,8 @@ class SyntheticBase:
                 else:
                     targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
-            inner_outs, before = counters.call(inner, [*(args[arg] for arg in plain), *bases], args)
+            own = _own_bases(args, rerouted, self._own_leaves, clusters, spans)
+            inner_outs, before = counters.call(inner, [*(args[arg] for arg in plain), *bases, *own], args)
             made: dict[int, torch.Tensor] = {}
 
             def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
@@ -338,6 +389,23 @@ class SyntheticBase:
             return outs
 
         return run
+
+
+def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:
+    return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))
+
+
+def _own_bases(
+    args: Sequence[torch.Tensor],
+    rerouted: tuple[UserArg, ...],
+    leaves: set[UserArg],
+    clusters: Sequence[_Cluster],
+    spans: Sequence[tuple[int, int]],
+) -> list[torch.Tensor]:
+    """For each member with a history of its own, where its gradient goes: itself if a leaf, else its root
+    over its cluster's span."""
+    span_of = {m: span for cluster, span in zip(clusters, spans, strict=True) for m in cluster.members}
+    return [args[m] if m in leaves else span_base([args[m]], span_of[m]) for m in rerouted]
 
 
 def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -> OutputAliasInfo:

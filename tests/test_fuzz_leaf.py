@@ -1,0 +1,212 @@
+"""Fuzzer classes about the gradient accumulator of a leaf whose geometry changes under no_grad.
+
+Eager makes a leaf's gradient accumulator at the leaf's first use in grad mode, for the geometry it has
+then, and keeps it through in-place geometry changes under no_grad (``t_``, ``unsqueeze_``, ``as_strided_``):
+the gradients of later uses reach it as they are (summed to its shape), element by element, not where the
+elements moved; views of the leaf take their history again from it in its new geometry.
+
+Class 1 of ``benchmarks/fuzz_mutation.py`` (seed 20, numbered as in ``benchmarks/fuzz_findings.md``) and
+variants of it, checked against eager with ``tests/oracle.py`` ``check``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check, check_in_mode
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _leaf(*shape: int) -> tuple[torch.Tensor]:
+    return (torch.randn(*shape, generator=_gen()).requires_grad_(),)
+
+
+# Class 1 (shrunk): used under autocast, written through .data, then transposed under no_grad.
+def _autocast_matmul_then_t(a0):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v1 = a0 @ a0.mT
+        a0.data.clamp_(min=-0.5)
+    with torch.no_grad():
+        a0.t_()
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _matmul_then_t(a0):
+    v1 = a0 @ a0.mT * torch.arange(4.0).view(2, 2)
+    with torch.no_grad():
+        a0.t_()
+    return (v1, a0 * torch.arange(4.0).view(2, 2))
+
+
+def _used_then_unsqueezed(a0):
+    v0 = a0.sin()
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (v0, a0 * 2)
+
+
+def _view_before_and_after(a0):
+    v = a0[1:]
+    with torch.no_grad():
+        a0.as_strided_((3,), (1,), 3)
+    w = a0[:2]
+    return (a0 * 2, v, w)
+
+
+def _leaf_on_larger_storage():
+    return (torch.randn(6, generator=_gen()).as_strided((3,), (1,), 0).detach().requires_grad_(),)
+
+
+def _sin_then_t_then_view(a0):
+    v0 = a0.sin()
+    with torch.no_grad():
+        a0.t_()
+    return (v0, a0[0] * 3, a0.exp())
+
+
+CASES = {
+    "autocast_matmul_then_t": (_autocast_matmul_then_t, lambda: _leaf(2, 2)),
+    "matmul_then_t": (_matmul_then_t, lambda: _leaf(2, 2)),
+    "used_then_unsqueezed": (_used_then_unsqueezed, lambda: _leaf(2, 4)),
+    "view_before_and_after": (_view_before_and_after, _leaf_on_larger_storage),
+    "sin_then_t_then_view": (_sin_then_t_then_view, lambda: _leaf(2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_training(name: str) -> None:
+    fn, make_args = CASES[name]
+    if name == "autocast_matmul_then_t":
+        check(fn, make_args, rtol=0.01, atol=0.01)
+    else:
+        check_in_mode(fn, make_args, "training")
+
+
+# Class 1 (program 44 of seed 20): two leaves sharing memory (each a ``detach().requires_grad_()`` of a slice
+# of one storage), merged into one base because an ``as_strided_`` reads absolute offsets: each keeps its
+# own gradient.
+def _as_strided_of_a_detached_alias(a0, a1):
+    a1.detach().as_strided_((3,), (2,), 8)
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _two_leaves_on_one_storage():
+    s0 = torch.randn(37, generator=_gen())
+    return (s0[0:24].view(2, 3, 4).detach().requires_grad_()[...], s0[13:37].view(2, 3, 4).detach().requires_grad_())
+
+
+def test_two_leaves_on_one_storage() -> None:
+    check_in_mode(_as_strided_of_a_detached_alias, _two_leaves_on_one_storage, "training")
+
+
+# Class 26 of seed 20 (shrunk): an expanded leaf's diagonal, taken before an unsqueeze_() under no_grad,
+# read after it.
+def _diagonal_then_unsqueezed(a0):
+    v0 = a0.diagonal()
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            with torch.no_grad():
+                v3 = a0.expand(2, 2, 4)
+    return (sum(t.real.sum() for t in (a0, v0, v3)),)
+
+
+def _expanded_complex_leaf():
+    return (torch.randn(1, 4, generator=_gen(), dtype=torch.complex64).expand(2, 4).detach().requires_grad_(),)
+
+
+def _view_before_used_after(a0):
+    v = a0[0]
+    y = a0.sin()
+    with torch.no_grad():
+        a0.t_()
+    return (y, v * 2, a0 * 3)
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [(_diagonal_then_unsqueezed, _expanded_complex_leaf), (_view_before_used_after, lambda: _leaf(3, 3))],
+)
+def test_view_taken_before_the_change(fn, make_args) -> None:
+    check_in_mode(fn, make_args, "training")
+
+
+# Program 342 of seed 20 (class 1), open: a view input as_strided_()d in grad mode beyond its elements, then its
+# version counter moves (a write through a detach(), another view's t_()): eager takes its history again from its
+# base, by strides, so the gradient reaches the base's element there; the compiled one keeps the record made at
+# the change, whose input geometry does not hold that element.
+def _as_strided_beyond_then_bumped(a0):
+    a0.as_strided_((1,), (2,), 6)
+    a0.detach().mul_(1)
+    return (a0 * 2,)
+
+
+def _tail_of_nonleaf():
+    return ((torch.randn(15, generator=_gen()).requires_grad_() * 1)[10:15],)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a view's history taken again from its base after an as_strided_ in grad mode (not traced)"
+)
+def test_as_strided_beyond_then_bumped() -> None:
+    check_in_mode(_as_strided_beyond_then_bumped, _tail_of_nonleaf, "training")
+
+
+# Program 255 of seed 3: a member of one base restrided under no_grad after a grad-mode unfold; the base's
+# source and the member's stand-in while compiling are different leaves: the member's gradient reaches its
+# root over the whole span (the unfold's elements lie outside the final geometry).
+def _unfold_then_restrided(a0, a1):
+    v0 = a1.unfold(0, 2, 1)
+    with torch.set_grad_enabled(False):
+        a1.as_strided_((2, 1), (1, 1), 8)
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _strided_and_plain_of_leaf():
+    s1 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (s1[6:14:2], s1[2:8])
+
+
+def _written_under_no_grad_then_read(a0, a1):
+    with torch.no_grad():
+        a0.mul_(2)
+    return (a0.sin().sum() + (a1 * 3).sum(),)
+
+
+def _one_leaf():
+    s = torch.randn(10, generator=_gen()).requires_grad_()
+    return (s[0:5], s[3:8])
+
+
+def _two_leaves():
+    s = torch.randn(10, generator=_gen())
+    return (s[0:5].detach().requires_grad_(), s[3:8].detach().requires_grad_())
+
+
+def _view_and_leaf_view():
+    s = torch.randn(10, generator=_gen()).requires_grad_()
+    return (s[0:5], s.detach()[3:8].requires_grad_())
+
+
+def test_unfold_then_restrided() -> None:
+    check_in_mode(_unfold_then_restrided, _strided_and_plain_of_leaf, "training")
+
+
+@pytest.mark.parametrize(
+    "first, then",
+    [
+        (_one_leaf, _two_leaves),
+        (_two_leaves, _one_leaf),
+        (_one_leaf, _view_and_leaf_view),
+        (_view_and_leaf_view, _two_leaves),
+    ],
+)
+def test_grad_roots_of_one_base_reused(first, then) -> None:
+    """Overlapping inputs, one written: one leaf behind both, or one each; compiled for one, called with the other."""
+    compiled = check(_written_under_no_grad_then_read, first)
+    check(_written_under_no_grad_then_read, then, compiled_fn=compiled)
