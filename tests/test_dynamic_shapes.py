@@ -109,10 +109,12 @@ def test_attention_batch_and_sequence_length_vary(partition_fn: Any) -> None:
     assert len(backend.graphs) == 2
     forward, backward = compiled.compiled.entries[0].forward, compiled.compiled.entries[0].backward
     assert forward is not None and backward is not None
-    # The sizes the backward needs are saved as symbolic ints (min-cut reads them again from saved tensors).
+    # The sizes the backward needs are read in the forward and saved as symbolic ints, by both partitioners:
+    # never read again off a saved input (whose geometry a metadata mutation may have changed since).
     symbolic = [n for n in backward.graph.find_nodes(op="placeholder") if isinstance(n.meta["val"], torch.SymInt)]
-    assert symbolic or partition_fn is not None
-    assert backward.graph.find_nodes(op="call_function", target=torch.ops.aten.sym_size.int)
+    assert symbolic
+    reads = backward.graph.find_nodes(op="call_function", target=torch.ops.aten.sym_size.int)
+    assert all(read.args[0].name.startswith("tangents") for read in reads)
 
 
 def test_lstm_marked_batch_dimension() -> None:
@@ -252,12 +254,48 @@ def test_backend_without_dynamic_shapes_is_named() -> None:
     aot.aot_function(lambda x: x.cos(), static_only)(torch.randn(3, 4))
 
 
-def test_metadata_mutation_refused_with_inputs_untouched() -> None:
-    compiled = aot.aot_function(lambda x: x.t_(), functional_nop, dynamic=True)
-    x = torch.randn(3, 5)
+def _t_then_mul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x.t_() * w).sum()
+
+
+@pytest.mark.parametrize(
+    "fn, requires_grad",
+    [
+        (lambda x: x.t_(), False),
+        (lambda x: x.t_(), True),
+        (lambda x: x.unsqueeze_(0).sum(), True),
+        (lambda x: x.t_().mul_(2), False),
+        (lambda x: x.t_().mul_(2), True),
+        (lambda x: (x.transpose_(0, 1), x[1:]), False),
+        (lambda x: x.as_strided_((x.shape[0] - 1, 5), (5, 1), 5) * 2, True),
+    ],
+    ids=["t_", "t_grad", "unsqueeze_grad", "t_then_write", "t_then_write_grad", "view_after", "as_strided_"],
+)
+@pytest.mark.parametrize("partition_fn", [None, min_cut_rematerialization_partition], ids=["default", "min_cut"])
+def test_metadata_mutation_across_sizes(fn: Any, requires_grad: bool, partition_fn: Any) -> None:
+    # The caller's tensor gets its final geometry with each call's sizes; the backward reads the sizes it
+    # needs as ints saved by the forward, never off the input, whose geometry changed since.
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True, partition_fn=partition_fn)
+    for batch in (3, 4, 6):
+        make = _seeded(batch, lambda b: (torch.randn(b, 5, requires_grad=requires_grad) * 1,))
+        check(fn, make, compiled_fn=compiled, backward=requires_grad)
+    assert len(compiled.entries) == 1
+
+
+def test_metadata_mutation_read_by_the_backward() -> None:
+    compiled = aot.aot_function(_t_then_mul, functional_nop, dynamic_dims={"x": 0, "w": 1})
+    for batch in (3, 4, 6):
+        make = _seeded(batch, lambda b: (torch.randn(b, 5, requires_grad=True) * 1, torch.randn(5, b, requires_grad=True)))
+        check(_t_then_mul, make, compiled_fn=compiled)
+    assert len(compiled.entries) == 1
+
+
+def test_set_refused_with_inputs_untouched() -> None:
+    compiled = aot.aot_function(lambda x, y: x.set_(y), functional_nop, dynamic=True)
+    x, y = torch.randn(3, 5), torch.randn(4, 5)
     before = x.clone()
-    with pytest.raises(DynamicShapesUnsupportedError, match="metadata-mutation layer"):
-        compiled(x)
+    with pytest.raises(DynamicShapesUnsupportedError, match=r"set_\(\)"):
+        compiled(x, y)
     assert x.shape == (3, 5) and torch.equal(x, before)
     assert isinstance(DynamicShapesUnsupportedError("x"), NotImplementedError)
 
