@@ -7,6 +7,13 @@ checks every size against eager with ``tests.oracle.check`` and counts backend c
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Any
 
@@ -17,7 +24,7 @@ import aot
 from aot.cache import keys
 from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.errors import BackendCompilerError, DynamicShapesUnsupportedError
-from tests.oracle import check, functional_nop
+from tests.oracle import assert_close, check, derivatives, functional_nop
 
 
 class Counting:
@@ -285,7 +292,9 @@ def test_metadata_mutation_across_sizes(fn: Any, requires_grad: bool, partition_
 def test_metadata_mutation_read_by_the_backward() -> None:
     compiled = aot.aot_function(_t_then_mul, functional_nop, dynamic_dims={"x": 0, "w": 1})
     for batch in (3, 4, 6):
-        make = _seeded(batch, lambda b: (torch.randn(b, 5, requires_grad=True) * 1, torch.randn(5, b, requires_grad=True)))
+        make = _seeded(
+            batch, lambda b: (torch.randn(b, 5, requires_grad=True) * 1, torch.randn(5, b, requires_grad=True))
+        )
         check(_t_then_mul, make, compiled_fn=compiled)
     assert len(compiled.entries) == 1
 
@@ -426,9 +435,132 @@ def test_non_leaf_and_duplicated_inputs_and_inference_mode() -> None:
     assert len(flat.entries) == 1
 
 
-@pytest.mark.parametrize("fn", [lambda x: x[x > 0] * 2, lambda x: x * 2 if x.sum() > 0 else x], ids=["mask", "item"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[x > 0] * 2,
+        lambda x: x * 2 if x.sum() > 0 else x,
+        lambda x: x.nonzero().float().sum(0) + x.shape[0],
+        lambda x: torch.unique(x.round()) * 2,
+    ],
+    ids=["mask", "item", "nonzero", "unique"],
+)
 def test_data_dependent_sizes_refused_as_with_static_shapes(fn: Any) -> None:
     from aot.errors import DataDependentError
 
     with pytest.raises(DataDependentError, match="needs the values of a tensor"):
         aot.aot_function(fn, functional_nop, dynamic=True)(torch.randn(3, 4))
+
+
+_WARM_SCRIPT = textwrap.dedent(
+    """
+    import json, torch, aot
+    from aot import cache
+
+    def mlp(x, w):
+        return (x @ w).relu().sum(1) * x.shape[0]
+
+    torch.manual_seed(0)
+    w = torch.randn(8, 3, requires_grad=True)
+    compiled = aot.aot_function(mlp, aot.nop, dynamic_dims={"x": 0})
+    outs = []
+    for batch in (3, 5, 9):
+        x = torch.randn(batch, 8, requires_grad=True)
+        out = compiled(x, w)
+        out.sum().backward()
+        torch.testing.assert_close(out, mlp(x, w))
+        outs.append(out.sum().item())
+    print(json.dumps({**cache.stats().__dict__, "entries": len(compiled.entries), "outs": outs,
+                      "grad": w.grad.sum().item()}))
+    """
+)
+
+
+def test_warm_start_of_a_symbolic_entry_in_a_fresh_process(tmp_path: pathlib.Path) -> None:
+    # The symbolic graphs go to the disk cache keyed with their symbols by position: a fresh process
+    # traces again (the guard is not stored) but compiles nothing, and serves every size from one entry.
+    env = {**os.environ, keys.ENV_DIR: str(tmp_path / "cache")}
+    root = pathlib.Path(__file__).resolve().parents[1]
+
+    def run() -> dict[str, Any]:
+        result = subprocess.run(
+            [sys.executable, "-c", _WARM_SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    cold = run()
+    assert (cold["entries"], cold["misses"], cold["disk_writes"], cold["backend_compiles"]) == (1, 2, 2, 2)
+    warm = run()
+    assert (warm["entries"], warm["disk_hits"], warm["misses"], warm["backend_compiles"]) == (1, 2, 0, 0)
+    assert (warm["outs"], warm["grad"]) == (cold["outs"], cold["grad"])
+
+
+def _tanh_sq(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x @ w).pow(2).sum(1) * x.shape[0]
+
+
+def test_higher_order_derivatives_across_sizes() -> None:
+    # The backward, compiled as a function of its own for create_graph=True, is dynamic too (the user's
+    # dynamic_dims name the forward's inputs, not the backward's).
+    compiled = aot.aot_function(_tanh_sq, aot.nop, dynamic_dims={"x": 0})
+    for batch in (3, 5, 9):
+        torch.manual_seed(batch)
+        x, w = torch.randn(batch, 6), torch.randn(6, 4)
+        results = [
+            derivatives(fn, [x.clone().requires_grad_(), w.clone().requires_grad_()], 3)
+            for fn in (_tanh_sq, compiled)
+        ]
+        assert_close(results[1], results[0], grad=True)
+    assert len(compiled.entries) == 1
+
+
+def test_double_backward_of_a_module_with_every_dimension_dynamic() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
+    compiled = aot.aot_module(copy.deepcopy(model), aot.nop, dynamic=True)
+    for batch in (3, 5, 9):
+        x = torch.randn(batch, 6)
+        results = []
+        for module in (model, compiled):
+            inp = x.clone().requires_grad_()
+            results.append(derivatives(module, [inp], 2, wrt=[inp, *module.parameters()]))
+        assert_close(results[1], results[0], grad=True, model=True)
+    assert len(compiled.compiled.entries) == 1
+
+
+def test_batch_norm_running_stats_written_under_a_dynamic_batch() -> None:
+    # The common real case of an input mutation under dynamic shapes: the running stats are buffers
+    # (static), written in place by a forward whose batch varies; one compile serves every batch.
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    backend = Counting()
+    compiled = aot.aot_module(copy.deepcopy(eager), backend)
+    for batch in (2, 3, 5, 8):
+        x = torch.randn(batch, 3, 8, 8)
+        torch._dynamo.mark_dynamic(x, 0)
+        for module in (eager, compiled):
+            module.zero_grad()
+        expected, out = eager(x), compiled(x)
+        expected.sum().backward()
+        out.sum().backward()
+        torch.testing.assert_close(out, expected)
+        for (name, b), b_eager in zip(compiled.named_buffers(), eager.buffers(), strict=True):
+            torch.testing.assert_close(b, b_eager, msg=name)
+        for p, p_eager in zip(compiled.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, p_eager.grad)
+    assert len(compiled.compiled.entries) == 1
+    assert len(backend.graphs) == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="torch's own decomposition of multilabel_margin_loss_forward (registered for the Python dispatcher, "
+    "which symbolic tracing runs) returns shape [1] for a 1-D input with reduction='none', where eager's kernel "
+    "returns []; torch.compile(backend='aot_eager', dynamic=True) returns [1] too",
+)
+def test_multilabel_margin_loss_of_a_vector() -> None:
+    loss = torch.nn.MultiLabelMarginLoss(reduction="none")
+    compiled = aot.aot_module(loss, aot.nop, dynamic=True)
+    x, target = torch.randn(10), torch.randint(0, 10, (10,))
+    assert compiled(x, target).shape == loss(x, target).shape

@@ -48,8 +48,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from meta import symbolic
-from meta.errors import DynamicShapesUnsupportedError
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
+from meta.errors import DynamicShapesUnsupportedError
 from meta.storage import expanded_dims, storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
