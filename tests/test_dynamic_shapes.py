@@ -564,3 +564,56 @@ def test_multilabel_margin_loss_of_a_vector() -> None:
     compiled = aot.aot_module(loss, aot.nop, dynamic=True)
     x, target = torch.randn(10), torch.randint(0, 10, (10,))
     assert compiled(x, target).shape == loss(x, target).shape
+
+
+def _slice_of_leaf(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    base = torch.randn(batch + 2, 5, requires_grad=True)
+    return base, base[1:-1]
+
+
+def _slice_of_non_leaf(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    base = torch.randn(batch + 2, 5, requires_grad=True)
+    return base, base.clone()[1:-1]
+
+
+def _slice_taken_under_no_grad(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    base = torch.randn(batch + 2, 5, requires_grad=True)
+    with torch.no_grad():
+        return base, base.clone().requires_grad_()[1:-1]
+
+
+@pytest.mark.parametrize("make", [_slice_of_leaf, _slice_of_non_leaf, _slice_taken_under_no_grad])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x * 2).sum(1),
+        lambda x: x[1:],
+        lambda x: x.mul_(2),
+        lambda x: x.add_(1).sum() + x.sum(),
+        lambda x: x.t_() * 1,
+    ],
+    ids=["read", "view_out", "write", "write_read", "t_"],
+)
+def test_input_of_symbolic_size_viewing_a_base_requiring_grad(fn: Any, make: Any) -> None:
+    # The base's gradient (or eager's error: a leaf's view written, a no_grad view written) as eager's.
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    for batch in (3, 4, 6):
+        results: list[Any] = []
+        for f in (fn, compiled):
+            torch.manual_seed(batch)
+            base, x = make(batch)
+            try:
+                out = f(x)
+            except RuntimeError as error:
+                results.append(type(error))
+                continue
+            weights = torch.arange(out.numel(), dtype=out.dtype).view(out.shape)
+            (out * weights).sum().backward()
+            results.append((out.detach().clone(), base.grad, x.shape, out._base is x._base))
+        if not isinstance(results[0], tuple):
+            assert results[1] == results[0]
+            continue
+        assert isinstance(results[1], tuple)
+        torch.testing.assert_close(results[1][:2], results[0][:2])
+        assert results[1][2:] == results[0][2:]
+    assert len(compiled.entries) <= 1  # none where eager's error is raised while compiling
