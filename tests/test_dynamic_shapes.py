@@ -299,13 +299,28 @@ def test_metadata_mutation_read_by_the_backward() -> None:
     assert len(compiled.entries) == 1
 
 
-def test_set_refused_with_inputs_untouched() -> None:
-    compiled = aot.aot_function(lambda x, y: x.set_(y), functional_nop, dynamic=True)
-    x, y = torch.randn(3, 5), torch.randn(4, 5)
-    before = x.clone()
-    with pytest.raises(DynamicShapesUnsupportedError, match=r"set_\(\)"):
+def _restrided_under_no_grad(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        x.t_()
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    "fn, requires_grad, match",
+    [
+        (lambda x, y: x.set_(y), False, r"set_\(\)"),
+        (lambda x, y: x.resize_(y.shape[0] * 2, 5), False, r"resize_\(\) growing its storage"),
+        (_restrided_under_no_grad, True, "under no_grad"),
+    ],
+    ids=["set_", "resize_", "t_under_no_grad"],
+)
+def test_geometry_changes_still_refused_with_inputs_untouched(fn: Any, requires_grad: bool, match: str) -> None:
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    x, y = torch.randn(3, 5, requires_grad=requires_grad), torch.randn(4, 5)
+    before = x.detach().clone()
+    with pytest.raises(DynamicShapesUnsupportedError, match=match):
         compiled(x, y)
-    assert x.shape == (3, 5) and torch.equal(x, before)
+    assert x.shape == (3, 5) and x.untyped_storage().nbytes() == 60 and torch.equal(x.detach(), before)
     assert isinstance(DynamicShapesUnsupportedError("x"), NotImplementedError)
 
 
