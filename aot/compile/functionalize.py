@@ -233,7 +233,13 @@ INVERSE_VIEWS: dict[OpOverload, Scatter] = {
 
 
 # Sympy's integer division and remainder, as the graph computes them on SymInts.
-_SIZE_OPS: dict[str, Callable[[Any, Any], Any]] = {"FloorDiv": operator.floordiv, "Mod": operator.mod}
+_SIZE_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "FloorDiv": operator.floordiv,
+    "Mod": operator.mod,
+    "PythonMod": operator.mod,
+    "Max": torch.sym_max,
+    "Min": torch.sym_min,
+}
 
 # ------------------------------------------------------------------ the pass
 
