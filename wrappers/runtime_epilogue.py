@@ -25,7 +25,7 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
-from meta.storage import clone_at_offset
+from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
@@ -63,6 +63,7 @@ class RuntimeEpilogue:
             if info.base_intermediate is not None:
                 base_witness.setdefault(info.base_intermediate, (out_idx, len(info.view_chain)))
         witnesses = [base_witness[k] for k in range(num_bases)]
+        whole = [info.whole_storage for info in meta.intermediate_bases]
         flat_fn = outer.fn
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
@@ -74,7 +75,10 @@ class RuntimeEpilogue:
                 recorder = ViewRecorder()
                 with recorder:
                     outs = list(flat_fn(*working))
-                bases = [recorder.root(outs[out_idx], depth) for out_idx, depth in witnesses]
+                bases = [
+                    whole_storage(outs[out_idx]) if whole[k] else recorder.root(outs[out_idx], depth)
+                    for k, (out_idx, depth) in enumerate(witnesses)
+                ]
             else:
                 outs, bases = list(flat_fn(*working)), []
             return [*(outs[i] for i in computed), *bases, *(working[i] for i in mutated)]
@@ -91,7 +95,8 @@ class RuntimeEpilogue:
         # Below, a Function's view of an input is a computed output like any other; a leaf the function
         # called requires_grad_() on is a value without history (no tangent).
         computed_info = tuple(
-            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None) for i in computed
+            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
+            for i in computed
         )
         inner_meta = dataclasses.replace(
             meta,
@@ -111,7 +116,10 @@ class RuntimeEpilogue:
         moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
         counters = Counters([(i, meta.input_info[i].version_bumps) for i in moved], self._counter_groups)
         # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
-        hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
+        hidden_views = any(
+            info.hidden_view or info.computed_alias is not None or info.on_storage is not None
+            for info in meta.output_info
+        )
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
@@ -150,6 +158,12 @@ class RuntimeEpilogue:
                             outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
+                if info.on_storage is not None:
+                    # The graph computed it; eager's sits on the grown memory the graph returned whole.
+                    base_k, step = info.on_storage
+                    on_memory = replay_views(graph_outs[base_to_graph[base_k]], (step,), made)
+                    with uncounted(on_memory):
+                        outs[out_idx] = with_history(AdoptHistory, on_memory, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
