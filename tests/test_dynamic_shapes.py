@@ -632,3 +632,13 @@ def test_input_of_symbolic_size_viewing_a_base_requiring_grad(fn: Any, make: Any
         torch.testing.assert_close(results[1][:2], results[0][:2])
         assert results[1][2:] == results[0][2:]
     assert len(compiled.entries) <= 1  # none where eager's error is raised while compiling
+
+
+def test_write_into_memory_the_op_reads_specializes_its_sizes() -> None:
+    # Circular padding copies between overlapping slices of one tensor: whether a read follows a write
+    # depends on the sizes, so they are specialized (guarded), and each size compiles and equals eager.
+    module = torch.nn.CircularPad2d(2)
+    compiled = aot.aot_module(module, aot.nop, dynamic=True)
+    for batch in (2, 3, 2):
+        check(module, _seeded(batch, lambda b: (torch.randn(b, 3, 4, 5, requires_grad=True),)), compiled_fn=compiled)
+    assert len(compiled.compiled.entries) == 2
