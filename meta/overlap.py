@@ -164,9 +164,11 @@ def eager_overlap_error(func: Any, args: Any, kwargs: dict[str, Any]) -> str | N
 def element_offsets(tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The storage offset of each element of ``tensor`` broadcast to ``shape``, flat (a real tensor; call
     it with fake tensors unset)."""
+    # Symbolic sizes are specialized (``int`` guards them): which elements meet depends on the sizes.
+    size, stride = [int(n) for n in tensor.shape], [int(n) for n in tensor.stride()]
     extent = int(storage_extent(tensor)[1])
-    positions = torch.arange(extent).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-    return positions.expand(shape).reshape(-1)
+    positions = torch.arange(extent).as_strided(size, stride, int(tensor.storage_offset()))
+    return positions.expand([int(n) for n in shape]).reshape(-1)
 
 
 def order_dependent_read(func: Any, args: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:

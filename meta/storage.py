@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from meta.errors import DynamicShapesUnsupportedError
-from meta.symbolic import current, symbolic_fake, symbolic_geometry
+from meta.symbolic import symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
 
 __all__ = [
@@ -176,7 +175,6 @@ def fake_inputs(
     fakes: dict[int, torch.Tensor] = {}
     storages: dict[int, torch.UntypedStorage] = {}
     roots: dict[int, torch.Tensor] = {}
-    _refuse_symbolic_aliases(tensors)
     # Eager's views of one base and detach() aliases of them share one version counter: so do the fakes.
     # Each real a fake root is made for, by its counter's group; each group's first fake root.
     candidates = [t for t in tensors if t.layout == torch.strided] if not independent else []
@@ -224,17 +222,6 @@ def fake_inputs(
                 fake = _fake_view(root, tensor)
             fakes[id(tensor)] = fake
     return [fakes[id(tensor)] for tensor in tensors]
-
-
-def _refuse_symbolic_aliases(tensors: Sequence[torch.Tensor]) -> None:
-    """An input of symbolic size that is a view of a tensor requiring grad: autograd's view rules
-    need its base, whose geometry is not symbolic. (Inputs sharing memory get storages of their own:
-    ``meta.symbolic.with_runtime_sizes`` refuses them where one is written.)"""
-    if current() is None:
-        return
-    for tensor in tensors:
-        if symbolic_geometry(tensor) is not None and tensor._base is not None and tensor.requires_grad:
-            raise DynamicShapesUnsupportedError("an input of symbolic size that is a view of a tensor requiring grad")
 
 
 def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

@@ -223,23 +223,20 @@ def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
     inputs = current()
     assert inputs is not None
     _refuse_writes_into_shared_memory(meta, tensors, inputs)
-    for info in meta.input_info:
-        if info.mutates_metadata:
-            raise DynamicShapesUnsupportedError(
-                f"input '{info.name}' changes its geometry in place (t_, unsqueeze_, resize_, set_ ...): the "
-                "metadata-mutation layer replays the final geometry"
-            )
+    input_info = tuple(
+        _final_geometry_at_runtime(_reach(info, tensor, inputs), inputs)
+        for info, tensor in zip(meta.input_info, tensors, strict=True)
+    )
 
     def chain(steps: tuple[Any, ...], position: int) -> tuple[Any, ...]:
         rewritten = []
         for step in steps:
-            if _has_symbol(step.from_geometry):
-                raise DynamicShapesUnsupportedError(f"output {position} is a view of an input whose geometry changed")
-            if _has_symbol((step.args, step.kwargs)):
+            if _has_symbol((step.args, step.kwargs, step.from_geometry)):
                 step = dataclasses.replace(
                     step,
                     args=_runtime(step.args, inputs),
                     kwargs=tuple((k, _runtime(v, inputs)) for k, v in step.kwargs),
+                    from_geometry=_runtime(step.from_geometry, inputs),
                     runtime_sizes=True,
                 )
             rewritten.append(step)
@@ -251,7 +248,45 @@ def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
         if alias is not None:
             alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain, position))
         outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain, position), computed_alias=alias))
-    return dataclasses.replace(meta, output_info=tuple(outputs))
+    return dataclasses.replace(meta, input_info=input_info, output_info=tuple(outputs))
+
+
+def _reach(info: Any, tensor: torch.Tensor, inputs: SymbolicInputs) -> Any:
+    """``storage_reach`` (how far into its storage the function read or wrote an input at absolute
+    offsets) as the synthetic-base layer compares it with the caller's tensor: 0 where it provably stays
+    within the input's own elements (an in-place geometry change), else its value now, guarded."""
+    reach = info.storage_reach
+    if not isinstance(reach, torch.SymInt):
+        return info
+    geometry = inputs.geometry.get(id(tensor))
+    if geometry is not None:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        sizes, strides, offset = geometry
+        extent = offset + 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+        if statically_known_true(reach <= extent * tensor.element_size()):
+            return dataclasses.replace(info, storage_reach=0)
+    return dataclasses.replace(info, storage_reach=int(reach))
+
+
+def _final_geometry_at_runtime(info: Any, inputs: SymbolicInputs) -> Any:
+    """An input's geometry after an in-place geometry change (``t_``, ``unsqueeze_``, ``as_strided_``), as
+    ``RuntimeSize``\\ s: the metadata-mutation layer gives the caller's tensor the call's values of it.
+
+    Refused: the cases where that layer makes, while compiling, a tensor in the final geometry (an input
+    requiring grad restrided before the call, ``set_``, a storage grown by ``resize_``): its fake would
+    take the compile's sizes as constants."""
+    if not info.mutates_metadata:
+        return info
+    restrided = info.requires_grad and (info.metadata_mutations_under_no_grad or info.sets_requires_grad)
+    if restrided or info.storage_set_to is not None or info.storage_grown_to or info.moves_history:
+        what = "set_()" if info.storage_set_to is not None else "resize_() growing its storage"
+        if restrided:
+            what = "an in-place geometry change autograd does not record (under no_grad) of an input requiring grad"
+        elif info.moves_history:
+            what = "set_() moving a view's history"
+        raise DynamicShapesUnsupportedError(f"input '{info.name}': {what}")
+    return dataclasses.replace(info, final_metadata=_runtime(info.final_metadata, inputs))
 
 
 def _refuse_writes_into_shared_memory(meta: Any, tensors: Sequence[torch.Tensor], inputs: SymbolicInputs) -> None:

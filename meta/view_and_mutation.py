@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.symbolic import resolve_sizes
+from meta.symbolic import resolve_sizes, symbolic_geometry
 
 __all__ = [
     "ComputedAlias",
@@ -74,12 +74,13 @@ class ViewStep:
     runtime_sizes: bool = False
 
     def replay(self, tensor: torch.Tensor) -> torch.Tensor:
-        args, kwargs = self.args, dict(self.kwargs)
+        args, kwargs, from_geometry = self.args, dict(self.kwargs), self.from_geometry
         if self.runtime_sizes:
             args, kwargs = resolve_sizes(args), {k: resolve_sizes(v) for k, v in kwargs.items()}
+            from_geometry = resolve_sizes(from_geometry)
         with torch.set_grad_enabled(self.grad_enabled):
-            if self.from_geometry is not None:
-                size, stride, relative_offset = self.from_geometry
+            if from_geometry is not None:
+                size, stride, relative_offset = from_geometry
                 tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
@@ -135,6 +136,10 @@ class TensorSpec:
 
     @staticmethod
     def of(tensor: torch.Tensor) -> TensorSpec:
+        # A caller's tensor traced with symbolic sizes: its tangent has them too (else the trace specializes).
+        geometry = symbolic_geometry(tensor)
+        if geometry is not None:
+            return TensorSpec(geometry[0], geometry[1], tensor.dtype)
         return TensorSpec(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
 
 

@@ -79,6 +79,23 @@ def test_module_matches_eager(name: str) -> None:
     assert any(o.grad_checked for _, o in results), f"{name}: no sample had a gradient to compare"
 
 
+# Dynamic shapes (issue 13): every dimension of every forward input symbolic (``--dynamic`` of the sweep).
+DYNAMIC_MODULES = [
+    "nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.Embedding", "nn.LSTM", "nn.MaxPool2d",
+    "nn.GELU", "nn.CrossEntropyLoss", "nn.TransformerEncoderLayer",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DYNAMIC_MODULES)
+def test_module_matches_eager_with_symbolic_shapes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AOTFX_SWEEP_DYNAMIC", "1")
+    results = check_module(name, calls=2, limit=1)
+    failed = [f"{where}: {o.status} {o.stage} {o.error_type}: {o.message}" for where, o in results if o.status
+              not in ("pass", "skip")]  # fmt: skip
+    assert not failed, f"{name}: {len(failed)} of {len(results)} samples differ from eager:\n" + "\n".join(failed)
+    assert any(o.grad_checked for _, o in results), f"{name}: no sample had a gradient to compare"
+
+
 def test_lazy_module_is_initialized_by_the_first_call_as_in_eager() -> None:
     torch.manual_seed(0)
     eager = torch.nn.LazyLinear(3)

@@ -45,6 +45,7 @@ from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
 from meta.storage import view_root, whole_storage
 from meta.storage_set import history_taken_again
+from meta.symbolic import resolve_sizes
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
     InputAliasInfo,
@@ -260,6 +261,8 @@ class MetadataMutation:
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             targets = [args[arg_idx] for arg_idx, _ in final]
+            # Under dynamic shapes, this call's values of the final geometries: read before any input changes.
+            geometries = [resolve_sizes(info.final_metadata) for _, info in final]
             before = counters.read(args)
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             for arg_idx in restrided_first:
@@ -279,9 +282,9 @@ class MetadataMutation:
 
             outs = split.assemble(meta, inner_outs, the_input)
             retaken = []  # views whose history eager takes again in their final geometry
-            for target, (arg_idx, info) in zip(targets, final, strict=True):
-                assert info.final_metadata is not None
-                size, stride, relative_offset = info.final_metadata
+            for target, (arg_idx, info), geometry in zip(targets, final, geometries, strict=True):
+                assert geometry is not None
+                size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
                     kind, index = info.storage_set_to
                     if kind == "input":

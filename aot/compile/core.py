@@ -219,7 +219,10 @@ def _higher_order(
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
         plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
         names = [node.name for node in plan.graph.graph.nodes if node.op == "placeholder"]
-        inner = dataclasses.replace(config, num_params_buffers=0)
+        # Of a symbolic entry, every dimension of the backward's tensors varies (the names the user's
+        # dynamic_dims gave are not the backward's); its size arguments are specialized by value.
+        dynamic = bool(entry.dynamic_positions) or config.dynamic
+        inner = dataclasses.replace(config, num_params_buffers=0, dynamic=dynamic, dynamic_dims=())
         entry.higher_order = compile_function(plan.graph, inner, names)
 
         def call(*args: Any) -> Any:

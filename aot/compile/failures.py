@@ -74,9 +74,10 @@ def trace_errors() -> Iterator[None]:
         op = getattr(error, "func", "an op")
         raise DataDependentError(
             f"{op} needs the values of a tensor, which ahead-of-time tracing does not have "
-            f"(called at {user_line(error.__traceback__)}). aotfx traces static shapes: keep data-dependent "
-            "control flow and ops like .item(), nonzero() or unique() outside the compiled function, or "
-            "split the function there."
+            f"(called at {user_line(error.__traceback__)}). aotfx traces no value or size that depends on "
+            "tensor data (with dynamic shapes neither: no unbacked symbols): keep data-dependent control flow "
+            "and ops like .item(), nonzero() or unique() outside the compiled function, or split the function "
+            "there."
         ) from error
     except ValueError as error:
         if not str(error).startswith("Cannot view a tensor with shape"):

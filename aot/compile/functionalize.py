@@ -49,6 +49,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
+from meta.errors import DynamicShapesUnsupportedError
 from meta.storage import expanded_dims, storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
@@ -231,6 +232,15 @@ INVERSE_VIEWS: dict[OpOverload, Scatter] = {
 }
 
 
+# Sympy's integer division and remainder, as the graph computes them on SymInts.
+_SIZE_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "FloorDiv": operator.floordiv,
+    "Mod": operator.mod,
+    "PythonMod": operator.mod,
+    "Max": torch.sym_max,
+    "Min": torch.sym_min,
+}
+
 # ------------------------------------------------------------------ the pass
 
 
@@ -289,6 +299,8 @@ class _Functionalizer:
         self.items: dict[fx.Node, list[tuple[str, Any]]] = {}  # multi-return mutating op -> per return
         self.culprit: fx.Node | None = None
         self.placeholders: list[fx.Node] = []
+        self.new_placeholders: list[fx.Node] = []
+        self.sizes: dict[Any, Any] = {}  # symbolic size -> the node of the new graph computing it
 
     # ---------------------------------------------------------------- values
 
@@ -320,6 +332,7 @@ class _Functionalizer:
 
     def emit(self, op: Any, *args: Any, **kwargs: Any) -> fx.Node:
         """Add ``op(*args, **kwargs)`` to the new graph, with its fake value."""
+        args, kwargs = fx.node.map_aggregate((args, kwargs), self._size_node)
         node = self.graph.call_function(op, tuple(args), kwargs)
         vals = fx.map_arg((args, kwargs), self._val_here)
         try:
@@ -331,6 +344,57 @@ class _Functionalizer:
         if self.culprit is not None and "stack_trace" in self.culprit.meta:
             node.meta["stack_trace"] = self.culprit.meta["stack_trace"]
         return node
+
+    def _size_node(self, value: Any) -> Any:
+        """A symbolic size (a traced view's size, stride or offset) as a node of the new graph computing it
+        from the placeholders: as a constant, the graph's code would name a symbol it has no value for."""
+        if not isinstance(value, torch.SymInt) or not value.node.expr.free_symbols:
+            return value
+        if value.node.expr in self.sizes:
+            return self.sizes[value.node.expr]
+        # Computed right after the placeholders: in the forward, where a partitioner saves sizes as ints
+        # (read in the backward off a saved input, they would need the input itself saved).
+        anchor = self.new_placeholders[-1].next if self.new_placeholders else next(iter(self.graph.nodes))
+        with self.graph.inserting_before(anchor):
+            return self._expression(value.node.expr)
+
+    def _expression(self, expr: Any) -> Any:
+        import sympy
+
+        if expr in self.sizes:
+            return self.sizes[expr]
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Symbol:
+            node = self._symbol(expr)
+        else:
+            ops = {sympy.Add: operator.add, sympy.Mul: operator.mul}
+            op = ops.get(type(expr)) or _SIZE_OPS.get(type(expr).__name__)
+            if op is None:
+                raise DynamicShapesUnsupportedError(f"a size {expr} written into the graph")
+            terms = [self._expression(arg) for arg in expr.args]
+            node = terms[0]
+            for term in terms[1:]:
+                node = self.emit(op, node, term)
+        self.sizes[expr] = node
+        return node
+
+    def _symbol(self, symbol: Any) -> fx.Node:
+        """A node reading ``symbol`` off the first placeholder it is a size, stride or offset of."""
+        for placeholder in self.new_placeholders:
+            val = placeholder.meta.get("val")
+            if isinstance(val, torch.SymInt) and val.node.expr == symbol:
+                return placeholder
+            if not isinstance(val, torch.Tensor):
+                continue
+            for reads, values in ((aten.sym_size.int, val.shape), (aten.sym_stride.int, val.stride())):
+                for dim, size in enumerate(values):
+                    if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+                        return self.emit(reads, placeholder, dim)
+            offset = val.storage_offset()
+            if isinstance(offset, torch.SymInt) and offset.node.expr == symbol:
+                return self.emit(aten.sym_storage_offset.default, placeholder)
+        raise DynamicShapesUnsupportedError(f"a size ({symbol}) that no input of the graph has")
 
     def _val_here(self, node: fx.Node) -> Any:
         """``node``'s fake value, made in this pass's fake mode if another mode made it."""
@@ -358,9 +422,11 @@ class _Functionalizer:
                 return self.output(node)
             target = node.target
             if node.op in ("placeholder", "get_attr"):
+                copied = self.graph.node_copy(node, self.read)
                 if node.op == "placeholder":
                     self.placeholders.append(node)
-                self.add_root(node, self.graph.node_copy(node, self.read))
+                    self.new_placeholders.append(copied)
+                self.add_root(node, copied)
             elif target is operator.getitem and node.args[0] in self.items:
                 self.mutation_item(node)
             elif isinstance(target, OpOverload) and written_positions(target, node.args):

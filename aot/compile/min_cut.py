@@ -46,6 +46,7 @@ from aot.compile.partition import (
     ancestors,
     computed_from,
     is_random,
+    is_size,
     is_tangent,
     split_joint,
     written_by_forward,
@@ -221,6 +222,7 @@ def min_cut_rematerialization_partition(
         replay = replayable(node) and choice is not Choice.SAVE
         pinned = (
             node.op == "placeholder"
+            or is_size(node)  # see ``default_partition``: a size read in the backward off an input may be stale
             or (is_random(node) and not replay)
             or (node in required_forward and (choice is Choice.SAVE or (not cheap and choice is None and not replay)))
         )

@@ -26,6 +26,7 @@ __all__ = [
     "default_partition",
     "default_saved",
     "is_random",
+    "is_size",
     "is_tangent",
     "output_values",
     "reads_across",
@@ -135,11 +136,19 @@ def default_saved(parts: JointParts) -> list[fx.Node]:
 
 
 def _default_sides(parts: JointParts) -> tuple[set[fx.Node], set[fx.Node]]:
-    forward_nodes = ancestors([*parts.fwd_outputs, *parts.random_in_backward]) | set(parts.primals)
+    # Sizes of the primals (symbolic shapes) are read in the forward and saved as ints: read in the backward,
+    # they would keep a whole input alive, and one whose geometry the call changes (t_) would read wrong.
+    sizes = [n for n in parts.graph.nodes if is_size(n) and n not in parts.tangent_dependent]
+    forward_nodes = ancestors([*parts.fwd_outputs, *parts.random_in_backward, *sizes]) | set(parts.primals)
     backward_nodes = ancestors(parts.grads, stop=forward_nodes) | set(parts.tangents)
     # A multi-output op cannot be saved as a tuple: its projections run in the forward instead.
     projections = {n for n in backward_nodes if n.target is operator.getitem and n.args[0] in forward_nodes}
     return forward_nodes | projections, backward_nodes - projections
+
+
+def is_size(node: fx.Node) -> bool:
+    """A symbolic size (``sym_size``, arithmetic on sizes): read in the forward, saved as an int."""
+    return node.op == "call_function" and isinstance(node.meta.get("val"), torch.SymInt | torch.SymBool)
 
 
 def reads_across(parts: JointParts, forward_nodes: set[fx.Node], backward_nodes: set[fx.Node]) -> list[fx.Node]:
