@@ -28,11 +28,13 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table
 from torch._prims.rng_prims import run_and_save_rng_state
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
 from aot.compile.partition import ancestors, is_random, output_values
+from aot.compile.history_stops import DETACHED_READS
 from aot.errors import DoubleBackwardError
 
 __all__ = [
@@ -185,11 +187,22 @@ def _copy_nodes(
         if node not in nodes or node in env or node.op in ("placeholder", "output"):
             continue
         copied = graph.node_copy(node, lambda arg: env[arg])
+        _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()))
         if node.op == "get_attr":
             name = f"{side}_{node.target}".replace(".", "_")
             setattr(root, name, _attr(gm, str(node.target)))
             copied.target = name
         env[node] = copied
+
+
+def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int]) -> None:
+    """Read the arguments at ``positions`` (leaves of ``(args, kwargs)``) through ``detach()``, as eager did."""
+    if not positions:
+        return
+    leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+    with graph.inserting_before(node):
+        leaves = [graph.call_function(_aten.detach.default, (leaf,)) if i in positions else leaf for i, leaf in enumerate(leaves)]
+    node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
 
 
 def _attr(gm: fx.GraphModule, target: str) -> Any:
