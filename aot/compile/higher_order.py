@@ -21,6 +21,7 @@ recomputed from a draw the forward did not save is refused.
 from __future__ import annotations
 
 import contextvars
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,9 +162,57 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     grads = output_values(backward)[: len(primals)]
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
+    _solve_with_matrix(graph)
     graph.eliminate_dead_code()
     graph.lint()
     return HigherOrderPlan(fx.GraphModule(root, graph, "BackwardAsFunction"), held, fed_positions)
+
+
+# Factorizations whose LU and pivots outputs have no derivative: the op, the positions of LU and pivots, and
+# whether torch's kernel factors ``A.mT`` where ``A`` is contiguous and real (a copy saved; det(A.mT) = det(A)).
+# tests/test_double_backward.py checks these against the kernels.
+FACTORIZATIONS = {
+    _aten._linalg_solve_ex.default: (1, 2, False),
+    _aten._linalg_slogdet.default: (2, 3, True),
+    _aten._linalg_det.default: (1, 2, True),
+}
+
+
+def _factorization(lu: Any, pivots: Any) -> fx.Node | None:
+    """The factorization node whose LU and pivots outputs ``lu`` and ``pivots`` are, if they are."""
+    if not (isinstance(lu, fx.Node) and isinstance(pivots, fx.Node)):
+        return None
+    if lu.target is not operator.getitem or pivots.target is not operator.getitem or lu.args[0] is not pivots.args[0]:
+        return None
+    source = lu.args[0]
+    assert isinstance(source, fx.Node)
+    found = FACTORIZATIONS.get(source.target)  # type: ignore[call-overload]
+    return source if found is not None and found[:2] == (lu.args[1], pivots.args[1]) else None
+
+
+def _factored_matrix(a: torch.Tensor, transposes_contiguous: bool, adjoint: bool) -> torch.Tensor:
+    """The matrix a ``linalg_lu_solve`` with ``adjoint`` solves with, given the LU a factorization made of ``a``."""
+    factored = a.mT if transposes_contiguous and a.is_contiguous() and not a.is_complex() else a
+    return factored.mH if adjoint else factored
+
+
+def _solve_with_matrix(graph: fx.Graph) -> None:
+    """A first-order backward's ``linalg_lu_solve`` with the LU of a forward factorization becomes ``linalg_solve``
+    with the matrix itself, as eager's backward computes it with grad mode on (that LU has no derivative)."""
+    for node in list(graph.nodes):
+        if node.target is not _aten.linalg_lu_solve.default:
+            continue
+        lu, pivots, rhs = node.args
+        factorization = _factorization(lu, pivots)
+        if factorization is None:
+            continue
+        with graph.inserting_before(node):
+            transposes = FACTORIZATIONS[factorization.target][2]  # type: ignore[index]
+            adjoint = node.kwargs.get("adjoint", False)
+            matrix = graph.call_function(_factored_matrix, (factorization.args[0], transposes, adjoint))
+            solve = graph.call_function(_aten.linalg_solve.default, (matrix, rhs), {"left": node.kwargs.get("left", True)})
+        node.replace_all_uses_with(solve)
+        graph.erase_node(node)
 
 
 def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
