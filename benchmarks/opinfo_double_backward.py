@@ -78,7 +78,7 @@ def check_op(name: str, samples: int = 3, order: int = 2) -> str:
         try:
             torch.manual_seed(0)
             actual = derivatives(aot.aot_function(f, aot.nop), clone_args(tensors), order)
-            assert_close(actual, eager, grad=True)
+            assert_close(actual, eager, grad=True, equal_nan=True)  # a sample at a pole: eager's NaN is its answer
         except (aot.errors.DataDependentError, aot.errors.UnsupportedOperatorError) as error:
             if not isinstance(error, aot.errors.DataDependentError) and "global random state" not in str(error):
                 return f"{type(error).__name__} on sample {index}: {str(error).splitlines()[0][:200]}"
