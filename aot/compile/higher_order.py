@@ -34,8 +34,8 @@ from torch._decomp import decomposition_table
 from torch._prims.rng_prims import run_and_save_rng_state
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
-from aot.compile.partition import ancestors, is_random, output_values
 from aot.compile.history_stops import DETACHED_READS
+from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
 __all__ = [
@@ -179,7 +179,8 @@ FACTORIZATIONS = {
 
 
 def _factorization(lu: Any, pivots: Any) -> fx.Node | None:
-    """The factorization node whose LU and pivots outputs ``lu`` and ``pivots`` are, if they are."""
+    """The factorization whose LU and pivots outputs ``lu`` and ``pivots`` are (through ``_undetached``), if any."""
+    lu, pivots = _undetached(lu), _undetached(pivots)
     if not (isinstance(lu, fx.Node) and isinstance(pivots, fx.Node)):
         return None
     if lu.target is not operator.getitem or pivots.target is not operator.getitem or lu.args[0] is not pivots.args[0]:
@@ -188,6 +189,35 @@ def _factorization(lu: Any, pivots: Any) -> fx.Node | None:
     assert isinstance(source, fx.Node)
     found = FACTORIZATIONS.get(source.target)  # type: ignore[call-overload]
     return source if found is not None and found[:2] == (lu.args[1], pivots.args[1]) else None
+
+
+def _undetached(value: Any) -> Any:
+    """``value`` read through ``detach()`` or, for an LU, perturbed where its pivots are zero (``det``'s
+    backward does so to stay finite on singular matrices; a nonsingular matrix has none)."""
+    while isinstance(value, fx.Node):
+        if value.target is _aten.detach.default:
+            value = value.args[0]
+        elif value.target is _aten.add.Tensor and _computed_only_from(value.args[1], value.args[0]):
+            value = value.args[0]
+        else:
+            return value
+    return value
+
+
+def _computed_only_from(value: Any, source: Any) -> bool:
+    """``value`` is a node computed from ``source`` and constants only."""
+    if not isinstance(value, fx.Node) or not isinstance(source, fx.Node):
+        return False
+    stack, seen = [value], set()
+    while stack:
+        node = stack.pop()
+        if node is source or node in seen:
+            continue
+        seen.add(node)
+        if node.op != "call_function":
+            return False
+        stack.extend(node.all_input_nodes)
+    return source in {n for node in seen for n in node.all_input_nodes}
 
 
 def _factored_matrix(a: torch.Tensor, transposes_contiguous: bool, adjoint: bool) -> torch.Tensor:
@@ -210,7 +240,8 @@ def _solve_with_matrix(graph: fx.Graph) -> None:
             transposes = FACTORIZATIONS[factorization.target][2]  # type: ignore[index]
             adjoint = node.kwargs.get("adjoint", False)
             matrix = graph.call_function(_factored_matrix, (factorization.args[0], transposes, adjoint))
-            solve = graph.call_function(_aten.linalg_solve.default, (matrix, rhs), {"left": node.kwargs.get("left", True)})
+            left = node.kwargs.get("left", True)
+            solve = graph.call_function(_aten.linalg_solve.default, (matrix, rhs), {"left": left})
         node.replace_all_uses_with(solve)
         graph.erase_node(node)
 
@@ -250,7 +281,10 @@ def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int]) -> 
         return
     leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
     with graph.inserting_before(node):
-        leaves = [graph.call_function(_aten.detach.default, (leaf,)) if i in positions else leaf for i, leaf in enumerate(leaves)]
+        leaves = [
+            graph.call_function(_aten.detach.default, (leaf,)) if i in positions else leaf
+            for i, leaf in enumerate(leaves)
+        ]
     node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
 
 

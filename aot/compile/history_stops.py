@@ -37,7 +37,7 @@ _recording = threading.local()
 
 
 def _detach(self: torch.Tensor) -> torch.Tensor:
-    out = _ORIGINAL_DETACH(self)
+    out: torch.Tensor = _ORIGINAL_DETACH(self)
     stops = getattr(_recording, "stops", None)
     if stops is not None:
         stops.made.append(out)  # a detach inside a library call, which the torch-function mode sees not
@@ -60,21 +60,21 @@ class HistoryStops(TorchFunctionMode):
         global _users
         with _lock:
             if _users == 0:
-                torch.Tensor.detach = _detach  # type: ignore[method-assign, assignment]
+                setattr(torch.Tensor, "detach", _detach)  # noqa: B010 (mypy: a method assigned)
             _users += 1
         self._outer = getattr(_recording, "stops", None)
         _recording.stops = self
-        super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: Any) -> None:
         global _users
-        super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
         _recording.stops = self._outer
         with _lock:
             _users -= 1
             if _users == 0:
-                torch.Tensor.detach = _ORIGINAL_DETACH  # type: ignore[method-assign]
+                setattr(torch.Tensor, "detach", _ORIGINAL_DETACH)  # noqa: B010
 
     def mark(self) -> None:
         """After the forward (an autograd.Function's outputs get their history when it returns)."""
