@@ -456,3 +456,56 @@ def test_op_without_a_second_derivative_raises_eagers_error_at_the_second_backwa
             gx.sum().backward()
         errors.append((type(raised.value), str(raised.value)))
     assert errors[1] == errors[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Lifetime of the primals the higher-order backward recomputes from.
+
+
+def _scaled_exp(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    return (x * 2).exp() * c
+
+
+def test_held_inputs_die_with_the_saved_tensors_after_backward() -> None:
+    """Eager frees what it saved once the backward ran (no ``retain_graph``); the primals held for a
+    higher-order backward go then too, though the outputs (and so the graph) live on."""
+    import gc
+    import weakref
+
+    alive = []
+    for fn in (_scaled_exp, aot.aot_function(_scaled_exp, aot.nop)):
+        a = torch.randn(4, requires_grad=True)
+        x, c = a * 1, torch.randn(4)
+        y = fn(x, c)
+        refs = [weakref.ref(x), weakref.ref(c)]
+        del x, c
+        torch.autograd.grad(y.sum(), a)
+        gc.collect()
+        alive.append([ref() is not None for ref in refs])
+    assert alive[1] == alive[0] == [False, False]
+
+
+def test_retained_graph_differentiated_twice() -> None:
+    """``retain_graph=True`` keeps the held primals: a later ``create_graph`` backward still has them."""
+    results = []
+    for fn in (_scaled_exp, aot.aot_function(_scaled_exp, aot.nop)):
+        x, c = seeded((4,), (4,), requires_grad=True)
+        y = fn(x, c).sum()
+        first = torch.autograd.grad(y, x, retain_graph=True)[0]
+        (second,) = torch.autograd.grad(y, x, create_graph=True)
+        second.pow(2).sum().backward()
+        results.append((first, second.detach(), x.grad, c.grad))
+    assert_close(results[1], results[0], grad=True)
+
+
+def test_double_backward_under_saved_tensor_hooks() -> None:
+    """The caller's pack hooks (offloading) may copy what is saved: the held primals are kept apart then."""
+    results = []
+    for fn in (_scaled_exp, aot.aot_function(_scaled_exp, aot.nop)):
+        x, c = seeded((4,), (4,), requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+            y = fn(x, c).sum()
+        (grad,) = torch.autograd.grad(y, x, create_graph=True)
+        grad.pow(2).sum().backward()
+        results.append((grad.detach(), x.grad, c.grad))
+    assert_close(results[1], results[0], grad=True)
