@@ -121,6 +121,21 @@ class _CallingConvention:
         return tree_unflatten(out_leaves, spec)
 
 
+@contextlib.contextmanager
+def _reseeded(reseed: tuple[int, bool] | None) -> Iterator[None]:
+    """Seed torch's global generator as the function does before its draws, and put the caller's state back
+    after them if it does (``ViewAndMutationMeta.reseed``)."""
+    assert reseed is not None
+    seed, restores = reseed
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        if restores:
+            torch.random.set_rng_state(state)
+
+
 class AOTFunction:
     """A function compiled ahead of time, one compiled entry per input signature.
 
@@ -195,11 +210,12 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.runtime
         assert runtime is not None
-        if entry.dynamic_positions:
-            # Views the layers replay take this call's sizes where the trace had symbols.
-            outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
-        else:
-            outs = runtime(tensors)
+        with _reseeded(entry.meta.reseed) if entry.meta.reseed is not None else contextlib.nullcontext():
+            if entry.dynamic_positions:
+                # Views the layers replay take this call's sizes where the trace had symbols.
+                outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
+            else:
+                outs = runtime(tensors)
         if convention.exit_grad_mode is not None:
             torch.set_grad_enabled(convention.exit_grad_mode)
         return convention.rebuild(outs)
@@ -326,7 +342,8 @@ class AOTFunction:
         records no built-in op and only autograd.Functions record. The compiled call itself
         runs in the caller's inference mode.
         """
-        with logs.silenced(not self.config.enable_log):
+        # A function seeding the global generator seeds it again at each trace: the caller's state is put back.
+        with logs.silenced(not self.config.enable_log), torch.random.fork_rng(devices=[]):
             if not torch.is_inference_mode_enabled():
                 return self._compile(args, kwargs, key, dynamic)
             token = CALLER_IN_INFERENCE_MODE.set(True)

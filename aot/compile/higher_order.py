@@ -83,15 +83,21 @@ def _values_read(node: fx.Node) -> set[fx.Node]:
 
 
 def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
-    """Saved values computed from a random draw and from no primal's values: passed as saved, not drawn again."""
+    """Saved values passed as saved, not computed again: those computed from a random draw and from no primal's
+    values (not drawn again), and integer ones (indices a draw chose, say), which have no derivative to carry."""
     primals = set(_placeholders(forward))
     fed = set()
     for node in saved:
         if isinstance(node, fx.Node) and node not in primals:
             read = _values_read(node)
-            if any(_draws(n) for n in read) and not read & primals:
+            if (any(_draws(n) for n in read) and not read & primals) or _integral(node):
                 fed.add(node)
     return fed
+
+
+def _integral(node: fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
 def _recomputed(forward: fx.GraphModule, num_outputs: int) -> tuple[list[Any], set[fx.Node], set[fx.Node]]:
