@@ -19,9 +19,10 @@ out of the ops where eager's works.
 
 ``--all``: every op of ``op_db`` that declares a second derivative (``supports_gradgrad``) and
 runs in float32 or complex64, not only the CI subset. A sample whose output shape depends on
-tensor values raises aotfx's ``DataDependentError`` under static tracing, and OpInfo's random ops
-seed the global generator inside the function, which aotfx refuses; an op refused so on every
-sample is counted apart (``refused``), not as a pass.
+tensor values raises aotfx's ``DataDependentError`` under static tracing (and a function seeding the
+global generator between its draws is refused; OpInfo's random ops seed it once before them, which
+runs); an op refused so on every sample is counted apart (``refused``), not as a pass. Samples are
+compared NaN-equal: a NaN where eager has one is eager's answer.
 """
 
 from __future__ import annotations
