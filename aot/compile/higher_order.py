@@ -32,6 +32,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table
 from torch._prims.rng_prims import run_and_save_rng_state
+from torch.utils._python_dispatch import _disable_current_modes
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
 from aot.compile.history_stops import DETACHED_READS
@@ -84,15 +85,42 @@ def _values_read(node: fx.Node) -> set[fx.Node]:
 
 def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
     """Saved values passed as saved, not computed again: those computed from a random draw and from no primal's
-    values (not drawn again), and integer ones (indices a draw chose, say), which have no derivative to carry."""
+    values (not drawn again), integer ones (indices a draw chose, say) and a draw's outputs without a
+    derivative (rrelu's noise), which have no history to carry."""
     primals = set(_placeholders(forward))
     fed = set()
     for node in saved:
         if isinstance(node, fx.Node) and node not in primals:
             read = _values_read(node)
-            if (any(_draws(n) for n in read) and not read & primals) or _integral(node):
+            drawn_only = any(_draws(n) for n in read) and not read & primals
+            if drawn_only or _integral(node) or _drawn_without_derivative(node):
                 fed.add(node)
     return fed
+
+
+def _drawn_without_derivative(node: fx.Node) -> bool:
+    """An output of a random op that has no derivative (rrelu's noise): passed as saved, its draw kept."""
+    if node.target is not operator.getitem or not isinstance(source := node.args[0], fx.Node) or not _draws(source):
+        return False
+    op = source.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+
+    def on_meta(value: Any) -> Any:
+        if isinstance(value, fx.Node):
+            value = value.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return value
+        meta = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        return meta.requires_grad_(meta.is_floating_point() or meta.is_complex())
+
+    try:
+        with _disable_current_modes(), torch.enable_grad():
+            args, kwargs = pytree.tree_map(on_meta, (source.args, source.kwargs))
+            out = op(*args, **kwargs)
+        return not out[node.args[1]].requires_grad
+    except Exception:
+        return False  # not judged: recomputed (or refused) as before
 
 
 def _integral(node: fx.Node) -> bool:
@@ -184,17 +212,16 @@ FACTORIZATIONS = {
 }
 
 
-def _factorization(lu: Any, pivots: Any) -> fx.Node | None:
-    """The factorization whose LU and pivots outputs ``lu`` and ``pivots`` are (through ``_undetached``), if any."""
-    lu, pivots = _undetached(lu), _undetached(pivots)
-    if not (isinstance(lu, fx.Node) and isinstance(pivots, fx.Node)):
-        return None
-    if lu.target is not operator.getitem or pivots.target is not operator.getitem or lu.args[0] is not pivots.args[0]:
+def _factorization(lu: Any) -> fx.Node | None:
+    """The factorization whose LU output ``lu`` is (through ``_undetached``), if any. (Its pivots, integers,
+    may be fed to the higher-order backward as saved: they have no derivative.)"""
+    lu = _undetached(lu)
+    if not isinstance(lu, fx.Node) or lu.target is not operator.getitem:
         return None
     source = lu.args[0]
     assert isinstance(source, fx.Node)
     found = FACTORIZATIONS.get(source.target)  # type: ignore[call-overload]
-    return source if found is not None and found[:2] == (lu.args[1], pivots.args[1]) else None
+    return source if found is not None and found[0] == lu.args[1] else None
 
 
 def _undetached(value: Any) -> Any:
@@ -238,8 +265,8 @@ def _solve_with_matrix(graph: fx.Graph) -> None:
     for node in list(graph.nodes):
         if node.target is not _aten.linalg_lu_solve.default:
             continue
-        lu, pivots, rhs = node.args
-        factorization = _factorization(lu, pivots)
+        lu, _, rhs = node.args
+        factorization = _factorization(lu)
         if factorization is None:
             continue
         with graph.inserting_before(node):
