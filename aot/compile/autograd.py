@@ -233,7 +233,8 @@ def make_training_runtime(
             saved = list(ctx.saved_tensors)
             held: list[Any] = []
             if higher_order is not None:
-                held = ctx.held_strongly or getattr(saved.pop(), _HELD)
+                marker = saved.pop()
+                held = ctx.held_strongly if ctx.held_strongly is not None else getattr(marker, _HELD)
             for position, size in ctx.saved_sizes:
                 saved.insert(position, size)
             args = [*saved, *tangents]
