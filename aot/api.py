@@ -24,7 +24,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from aot import logs
+from aot import logs, runtime_code
 from aot.backends import nop
 from aot.cache import entries, keys
 from aot.compile.binding import defer_unbinding
@@ -46,6 +46,7 @@ from meta import symbolic
 from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
 from meta.symbolic import Guard
 from wrappers import Stage, compile_through, default_layers
+from wrappers.base import compile_generated
 
 __all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
 
@@ -168,6 +169,16 @@ class AOTFunction:
         self._dynamic_entries: dict[Hashable, list[tuple[Guard, list[int], CompiledEntry, _CallingConvention]]] = {}
         self._named_dims: dict[Hashable, dict[int, frozenset[int]]] = {}
         self._lock = threading.Lock()
+        # The guarded generated call of the entry used last, tried first (``aot.runtime_code``); by key.
+        self._fast: Callable[[tuple[Any, ...]], Any] | None = None
+        self._fast_functions: dict[Hashable, Callable[[tuple[Any, ...]], Any] | None] = {}
+        self._reference = runtime_code.interpreted()
+
+    def use_reference_runtime(self, reference: bool = True) -> None:
+        """Run every entry's interpreted layer runtimes (the reference the generated code is tested against),
+        with the full signature check on every call; False: the generated code again."""
+        self._reference = reference
+        self._fast = None
 
     @property
     def entries(self) -> list[CompiledEntry]:
@@ -181,6 +192,11 @@ class AOTFunction:
         return "\n\n".join(report(entry) for entry in self.entries)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast
+        if fast is not None and not kwargs:
+            result = fast(args)  # the last entry's guard and call (``aot.runtime_code``)
+            if result is not runtime_code.MISS:
+                return result
         if not kwargs and all(isinstance(arg, torch.Tensor) for arg in args):
             leaves, structure = args, len(args)  # flat tensors, the hot case: no pytree needed
         else:
@@ -208,8 +224,13 @@ class AOTFunction:
                 with self._lock:
                     found = self._cache.get(key) or self._compile_outside_inference_mode(args, kwargs, key)
             entry, convention = found
-        runtime = entry.runtime
+        runtime = entry.reference_runtime if self._reference else entry.runtime
         assert runtime is not None
+        # A function seeding the global generator is seeded around each call: not on the generated fast path.
+        guardable = isinstance(structure, int) and not dynamic and not entry.offset_guard and entry.meta.reseed is None
+        if guardable and not self._reference and entry.emit is not None:
+            # The next call tries this entry's guarded generated function first.
+            self._fast = self._fast_function(key, entry, convention, leaves)
         with _reseeded(entry.meta.reseed) if entry.meta.reseed is not None else contextlib.nullcontext():
             if entry.dynamic_positions:
                 # Views the layers replay take this call's sizes where the trace had symbols.
@@ -219,6 +240,33 @@ class AOTFunction:
         if convention.exit_grad_mode is not None:
             torch.set_grad_enabled(convention.exit_grad_mode)
         return convention.rebuild(outs)
+
+    def _fast_function(
+        self, key: Hashable, entry: CompiledEntry, convention: _CallingConvention, leaves: Sequence[Any]
+    ) -> Callable[[tuple[Any, ...]], Any] | None:
+        """The guarded generated call of ``entry`` for calls like this one; None where the guard cannot say."""
+        if key in self._fast_functions:
+            return self._fast_functions[key]
+        fast = None
+        if convention.only_tensors and runtime_code.fast_path_applies(leaves):
+            spec = convention.out_spec
+            assert spec is not None
+            kind = "tuple" if convention.out_is_tuple_of_tensors else "tree"
+            if spec.is_leaf() and convention.out_template == [_TENSOR]:
+                kind = "single"
+            hook_tables = self._hook_tables
+
+            def hooked() -> bool:
+                # A hook added later (or modules adopted since) makes the full signature differ.
+                return self._hook_tables is not hook_tables or any(hook_tables)
+
+            with logs.silenced(not self.config.enable_log):
+                fast, source = runtime_code.entry_function(
+                    leaves, entry.emit, self._state_key, hooked, convention.exit_grad_mode, convention.rebuild, kind
+                )
+            entry.runtime_source = source
+        self._fast_functions[key] = fast
+        return fast
 
     def _dynamic_dims(
         self, leaves: Sequence[Any], structure: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -261,9 +309,7 @@ class AOTFunction:
             resolved[position] = resolved.get(position, frozenset()) | frozenset(dims)
         return resolved
 
-    def _guarded(
-        self, key: Hashable, leaves: Sequence[Any]
-    ) -> tuple[CompiledEntry, _CallingConvention] | None:
+    def _guarded(self, key: Hashable, leaves: Sequence[Any]) -> tuple[CompiledEntry, _CallingConvention] | None:
         """The first entry compiled under ``key`` whose guard the call's sizes satisfy."""
         for guard, positions, entry, convention in self._dynamic_entries.get(key, ()):
             if guard([leaves[p] for p in positions]):
@@ -385,7 +431,7 @@ class AOTFunction:
             stage, convention = self._flat(args, kwargs, leaves, spec)
             entry = CompiledEntry(meta=stage.meta)
             core = partial(compile_core, config=self.config, entry=entry, compile_function=AOTFunction)
-            entry.runtime = compile_through(default_layers(), stage, core)
+            _set_runtime(entry, stage, core)
             # Not stored: a forward-only entry, or one whose backward writes its inputs (which the graphs
             # alone do not say).
             if (
@@ -449,9 +495,19 @@ class AOTFunction:
             entry.core_meta = inner.meta
             return runtime_from_graphs(inner.meta, self.config, entry, AOTFunction, restored=True)
 
-        entry.runtime = compile_through(default_layers(), stage, core)
+        _set_runtime(entry, stage, core)
         entry.extra["restored"] = True
         return entry, convention
+
+
+def _set_runtime(entry: CompiledEntry, stage: Stage, core: Any) -> None:
+    """The entry's runtime: generated from the layers' code, or their interpreted closures (the reference)."""
+    if runtime_code.interpreted():
+        entry.runtime = entry.reference_runtime = compile_through(default_layers(), stage, core)
+        return
+    reference, generated = compile_generated(default_layers(), stage, core)
+    entry.runtime, entry.reference_runtime = generated.fn, reference
+    entry.runtime_source, entry.emit = generated.source, generated.emit
 
 
 def _not_traced(*args: Any) -> Any:

@@ -5,9 +5,10 @@ aotfx logs with the standard :mod:`logging` module, one child logger per channel
 - ``aot.graphs``: every graph handed to a backend compiler, as code with shapes and strides;
 - ``aot.cache``: compile-cache hits, misses and disk traffic;
 - ``aot.layers``: each layer's calling-convention rewrite (argument and output counts,
-  which inputs are mutated), logged by ``wrappers.base.compile_through``.
+  which inputs are mutated), logged by ``wrappers.base.compile_through``;
+- ``aot.runtime``: the generated source of each compiled entry's call (``wrappers.codegen``).
 
-They are silent until enabled: ``AOTFX_LOGS=graphs,cache,layers`` (or ``all``) in the
+They are silent until enabled: ``AOTFX_LOGS=graphs,cache,layers,runtime`` (or ``all``) in the
 environment when ``aot`` is imported, or ``aot.logs.configure("graphs,layers")`` in code.
 Enabling a channel sets its logger to ``DEBUG`` and attaches one stderr handler to it
 (once, however often it is enabled); records still propagate to the root logger, so
@@ -31,7 +32,7 @@ import torch.fx as fx
 __all__ = ["CHANNELS", "ENV_VAR", "configure", "disable", "log_graph", "logger", "parse", "silenced"]
 
 ENV_VAR = "AOTFX_LOGS"
-CHANNELS = ("graphs", "cache", "layers")
+CHANNELS = ("graphs", "cache", "layers", "runtime")
 
 _HANDLER_MARK = "_aotfx_handler"
 

@@ -143,6 +143,8 @@ _INPLACE_VIEW_METHODS = frozenset(
     }
 )
 _RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+# Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
+_GROWN_ROOT_KEY = 2**50
 # ``set_``'s out-of-place twins, as a recorded step of a view chain.
 _SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
 _SET_OPS = frozenset(
@@ -468,6 +470,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.reach: dict[int, int] = {}
         # Storages of the sources that resize_ grew, and their size in bytes after.
         self.grown: dict[int, int] = {}
+        # Storages of tensors the function made that a resize_ grew (their tensors are taken again on all of it).
+        self.grown_made: set[int] = set()
         self.clock = 0  # orders views and writes
         # Tensors (by id) the function called requires_grad_() on, seen under the caller's inference mode only.
         self.made_require_grad: dict[int, torch.Tensor] = {}
@@ -579,6 +583,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
             twin, twin_args = _out_of_place_view(func), tuple(args[1:])
             if resized:
+                twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
+            if 0 <= nbytes_before < first.untyped_storage().nbytes() and not self._is_source(first):
+                # Grown: taken again, by strides, on the whole grown memory (see ``_grown_intermediate_storages``).
+                self.grown_made.add(storage_key(first))
                 twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
             if twin is not None:
                 # A view keeps the grad mode it was made in (its creation meta) through in-place changes.
@@ -898,6 +906,12 @@ def collect_meta(
         # Its own memory: a storage set_() gave it later is not the caller's input.
         input_storage.setdefault(initial_storages[i][0], UserArg(i))
 
+    # Inputs the function called requires_grad_() on: their views taken before it are replayed without history.
+    made_to_require_grad = {
+        id(fake)
+        for fake, before in zip(fakes, initially_requiring_grad, strict=True)
+        if fake.requires_grad and not before
+    }
     first_position: dict[int, UserOut] = {}
     for out_idx, out in enumerate(outs):
         first_position.setdefault(id(out), UserOut(out_idx))
@@ -960,6 +974,9 @@ def collect_meta(
     output_info: list[OutputAliasInfo] = []
     intermediate_bases: list[OutputAliasInfo] = []
     base_of_root: dict[int, IntermediateBase] = {}
+    grown = _grown_intermediate_storages(recorder, outs)
+    base_of_storage: dict[int, IntermediateBase] = {}
+    grown_roots: dict[int, int] = {}  # id(root tensor on a grown storage) -> its number
     for out_idx, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
@@ -983,6 +1000,26 @@ def collect_meta(
             continue
         if first_position[id(out)] != out_idx:
             output_info.append(info(OutputType.IS_OUTPUT, base_output=first_position[id(out)]))
+            continue
+        if storage_key(out) in grown:
+            # On memory a resize_ grew: eager's tensors on it share all of it, beyond each one's elements. The
+            # graph returns it whole; the tensor the function made on it is taken again there, its views from it.
+            key = storage_key(out)
+            root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
+            if key not in base_of_storage:
+                base_of_storage[key] = IntermediateBase(len(intermediate_bases))
+                numel = out.untyped_storage().nbytes() // out.element_size()
+                spec = TensorSpec((numel,), (1,), out.dtype)
+                intermediate_bases.append(OutputAliasInfo(OutputType.NON_ALIAS, False, spec, whole_storage=True))
+            base_k = base_of_storage[key]
+            # One object per root, shared by every chain from it (a key no traced step has).
+            root_key = _GROWN_ROOT_KEY + grown_roots.setdefault(id(root), len(grown_roots))
+            made_root = ViewStep(_set_onto, _geometry(root), grad_enabled=False, key=root_key)
+            if out.requires_grad:  # no view: its history is computed by the graph, put on the memory by the epilogue
+                output_info.append(info(OutputType.NON_ALIAS, on_storage=(base_k, made_root)))
+                continue
+            chain = (made_root, *_from_final_geometry(chain, root, root_geometry)) if chain else (made_root,)
+            output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
         # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
@@ -1009,7 +1046,8 @@ def collect_meta(
                 output_info.append(info(OutputType.NON_ALIAS))
             continue
         by_function = recorder.made_by_custom_function(out, len(chain))
-        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode):
+        untracked = id(root) in made_to_require_grad
+        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode, untracked):
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and the epilogue puts it on the alias.
             if id(root) not in input_position:
@@ -1026,7 +1064,7 @@ def collect_meta(
             chain = _from_moved_geometry(chain, root, initial_geometry[base], root_geometry)
             output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, after_set=True))
             continue
-        chain = _sources_as_offsets(chain, root)
+        chain = _sources_as_offsets(chain, root, root_geometry)
         if id(root) in input_position:
             base = input_position[id(root)]
             _refuse_chain_with_traced_tensor(chain, base)
@@ -1034,6 +1072,12 @@ def collect_meta(
             output_info.append(
                 info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
             )
+            continue
+        if _holds_traced_tensor(chain):
+            # A view of an intermediate set_() onto another tensor the function made: no replay has that memory.
+            # Its _base is a tensor the caller never gets: the graph computes its value, returned as a view.
+            _refuse_shared_set_source(out, outs, out_idx)
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
             continue
         # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
         # have changed in place since the first step was taken.
@@ -1120,6 +1164,20 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
 def _history_of_set(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s history is the one ``set_()`` leaves under grad mode (it has no derivative)."""
     return type(tensor.grad_fn).__name__ == "NotImplemented"
+
+
+def _grown_intermediate_storages(recorder: ViewRecorder, outs: Sequence[torch.Tensor]) -> set[int]:
+    """Storages of outputs that a ``resize_`` grew (of a tensor the function made, or an alias of one): eager's
+    tensors on one share all of it, elements no output spans included, which no replay from one output's
+    memory has. Taken where each output on it requiring grad is no view (the graph computes its history, the
+    epilogue puts it on the memory) beside one needing none (from which the whole memory is taken)."""
+    on = [(storage_key(out), out.requires_grad, out._base is None) for out in outs if isinstance(out, torch.Tensor)]
+    return {
+        key
+        for key in recorder.grown_made
+        if all(plain for k, needs_grad, plain in on if k == key and needs_grad)
+        and any(not needs_grad for k, needs_grad, _ in on if k == key)
+    }
 
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
@@ -1220,9 +1278,18 @@ def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.Abstra
 
 
 def _replay_gives_eagers_autograd(
-    out: torch.Tensor, root: torch.Tensor, chain: tuple[ViewStep, ...], fake_mode: FakeTensorMode
+    out: torch.Tensor,
+    root: torch.Tensor,
+    chain: tuple[ViewStep, ...],
+    fake_mode: FakeTensorMode,
+    untracked: bool = False,
 ) -> bool:
-    """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history."""
+    """Whether taking ``chain`` again from ``root`` gives ``out``'s ``requires_grad`` and kind of history.
+
+    ``untracked``: ``root`` is an input the function called ``requires_grad_()`` on, whose views without
+    history (taken before it) the layers replay under no_grad (``MetadataMutation``'s ``untracked_view``)."""
+    if untracked and (not out.requires_grad or out.is_leaf):
+        chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in chain)
     try:
         with fake_mode:
             replayed = replay_views(root, chain)
@@ -1406,12 +1473,23 @@ def _new_storage(
     return ("fresh", -1)
 
 
-def _sources_as_offsets(chain: tuple[ViewStep, ...], root: torch.Tensor) -> tuple[ViewStep, ...]:
+def _sources_as_offsets(
+    chain: tuple[ViewStep, ...],
+    root: torch.Tensor,
+    root_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None,
+) -> tuple[ViewStep, ...]:
     """``chain`` with each ``set_()`` onto a traced tensor in ``root``'s memory replaced by a ``set_()`` of the
     view onto its own memory at the source's geometry (an offset relative to the view's): the replay then
-    needs no traced tensor, and the view stays the object eager's is (its ``_base``, set_'s history)."""
+    needs no traced tensor, and the view stays the object eager's is (its ``_base``, set_'s history).
+
+    ``root_geometry``: the geometry ``root`` had when the first step was taken from it (its geometry may
+    have changed in place since), where the view sat before each ``set_()`` is found from."""
     if not any(step.op in _SET_TWINS and step.args and isinstance(step.args[0], torch.Tensor) for step in chain):
         return chain
+    start = root
+    if root_geometry is not None and chain[0].from_geometry is None:
+        with torch.no_grad():
+            start = root.as_strided(*root_geometry)
     steps = list(chain)
     for i, step in enumerate(steps):
         source = step.args[0] if step.op in _SET_TWINS and step.args else None
@@ -1419,7 +1497,7 @@ def _sources_as_offsets(chain: tuple[ViewStep, ...], root: torch.Tensor) -> tupl
             continue
         try:
             with torch.no_grad():
-                before = replay_views(root, tuple(steps[:i]))  # where the view sat before the set_(), in the trace
+                before = replay_views(start, tuple(steps[:i]))  # where the view sat before the set_(), in the trace
         except RuntimeError:
             continue  # not taken again from the root as it is now: the step stays (and is refused)
         if storage_key(before) != storage_key(root):
@@ -1439,10 +1517,25 @@ def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> 
     """Refuse an output view of input ``base`` whose chain holds a traced tensor (``set_(source)`` onto an
     intermediate): eager returns the view of the input, sitting on the source's memory, and a replay at
     runtime has no such memory to take it from (the source is a fake of the trace)."""
-    for step in chain:
-        if any(isinstance(a, torch.Tensor) for a in tree_flatten((step.args, step.kwargs))[0]):
-            raise UnsupportedMutationError(
-                f"{getattr(step.op, '__name__', step.op)}: an output, a view of input {base}, was set_() onto "
-                "a tensor the function made (argument source): eager returns the input's view holding that "
-                "memory, which the compiled function cannot return; return a clone() of it"
-            )
+    if _holds_traced_tensor(chain):
+        step = next(step for step in chain if _holds_traced_tensor((step,)))
+        raise UnsupportedMutationError(
+            f"{getattr(step.op, '__name__', step.op)}: an output, a view of input {base}, was set_() onto "
+            "a tensor the function made (argument source): eager returns the input's view holding that "
+            "memory, which the compiled function cannot return; return a clone() of it"
+        )
+
+
+def _holds_traced_tensor(chain: tuple[ViewStep, ...]) -> bool:
+    """Whether a step of ``chain`` takes a tensor of the trace (``set_(source)``), which no replay has."""
+    return any(isinstance(a, torch.Tensor) for step in chain for a in tree_flatten((step.args, step.kwargs))[0])
+
+
+def _refuse_shared_set_source(out: torch.Tensor, outs: Sequence[torch.Tensor], out_idx: int) -> None:
+    """Refuse a view of an intermediate set_() onto memory another output holds too: the graph computes
+    each output on memory of its own, where eager's share it."""
+    if any(j != out_idx and storage_key(other) == storage_key(out) for j, other in enumerate(outs)):
+        raise UnsupportedMutationError(
+            f"output {out_idx}, a view of a tensor the function made, was set_() onto memory another output "
+            "holds too: the compiled function cannot return them sharing it; return a clone() of one"
+        )

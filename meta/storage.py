@@ -38,6 +38,7 @@ __all__ = [
     "storage_numel",
     "touch_interval",
     "view_root",
+    "whole_storage",
 ]
 
 # A half-open interval ``[start, end)`` of storage elements.
@@ -278,3 +279,9 @@ def clone_at_offset(tensor: torch.Tensor) -> torch.Tensor:
     memory = copy.new_empty(offset + storage_extent(copy)[1])
     placed = memory.as_strided(copy.shape, copy.stride(), offset)
     return placed.copy_(copy)
+
+
+def whole_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """All of ``tensor``'s storage (elements of its dtype), as a 1-D tensor from the storage's start."""
+    numel = int(tensor.untyped_storage().nbytes()) // tensor.element_size()
+    return tensor.detach().as_strided((numel,), (1,), 0)

@@ -100,19 +100,28 @@ class Counters:
         slot = self._slot.get(position)
         return None if slot is None else before[slot]
 
+    def slot_of(self, position: int) -> int | None:
+        """Where ``position``'s counter is in what :meth:`read` returns, if it is one of these."""
+        return self._slot.get(position)
+
     def call(
         self, inner: Callable[[Any], T], inner_args: Any, args: Sequence[torch.Tensor]
     ) -> tuple[T, tuple[int, ...]]:
         """``inner(inner_args)`` with the counters at eager's final values already (what the compiled forward
         saves is checked against the version eager's reads saw), back where they were if it raises; and the
         counters before."""
-        before = self.read(args)
-        set_versions([args[p] for _, p, _ in self._early], [before[s] + b for s, _, b in self._early])
+        before = self.start(args)
         try:
             return inner(inner_args), before
         except BaseException:
             self.restore(args, before)  # nothing half-done
             raise
+
+    def start(self, args: Sequence[torch.Tensor]) -> tuple[int, ...]:
+        """Before the inner call: the counters before it, and those not moved inside set to eager's final values."""
+        before = self.read(args)
+        set_versions([args[p] for _, p, _ in self._early], [before[s] + b for s, _, b in self._early])
+        return before
 
     def finish(self, args: Sequence[torch.Tensor], before: Sequence[int]) -> None:
         """Set the counters to eager's values after the call: however many in-place ops (or none) a write-back

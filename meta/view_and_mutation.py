@@ -250,6 +250,12 @@ class OutputAliasInfo:
     # A view of the input taken after set_() moved it to other memory: taken again from the caller's tensor
     # once it is moved (the first step's ``from_geometry`` offset relative to the input's final offset).
     after_set: bool = False
+    # A computed output (with a history) eager returns on memory a resize_ of an alias grew: the graph computes
+    # its history, the caller gets it on that memory (a hidden ``whole_storage`` base), taken again by the step.
+    on_storage: tuple[IntermediateBase, ViewStep] | None = None
+    # A hidden intermediate base that is all of its witness's storage, which a resize_ of an alias grew past
+    # every tensor on it: the graph returns the whole memory, its outputs are taken again on it.
+    whole_storage: bool = False
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: UserArg | None = None
@@ -274,6 +280,8 @@ class OutputAliasInfo:
             raise ValueError(f"{self.output_type} needs a base")
         if self.computed_alias is not None and self.output_type != OutputType.NON_ALIAS:
             raise ValueError(f"{self.output_type}: only a computed output is a computed alias of an input")
+        if self.on_storage is not None and self.output_type != OutputType.NON_ALIAS:
+            raise ValueError(f"{self.output_type}: only a computed output is put on a grown storage")
         if self.new_value_of is not None and self.output_type != OutputType.NON_ALIAS:
             raise ValueError(f"{self.output_type}: only a computed output is an input's new value")
         if self.after_set and self.output_type != OutputType.ALIAS_OF_INPUT:

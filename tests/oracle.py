@@ -276,7 +276,24 @@ def check(
     compiled = compiled_fn or aot.aot_function(fn, compiler)
     for _ in range(calls):
         _check_once(fn, compiled, factory, kwargs, backward, rtol, atol, deep)
+    reference = _aot_function_of(compiled)
+    if calls > 1 and reference is not None:
+        # The calls above ran the generated code (the full check and the guarded call); once more through
+        # the interpreted layer runtimes it is generated from, the reference: both must be eager's.
+        reference.use_reference_runtime()
+        try:
+            _check_once(fn, compiled, factory, kwargs, backward, rtol, atol, deep)
+        finally:
+            reference.use_reference_runtime(False)
     return compiled
+
+
+def _aot_function_of(compiled: Any) -> aot.AOTFunction | None:
+    """The ``AOTFunction`` behind a compiled function or module, if there is one."""
+    for candidate in (compiled, getattr(compiled, "compiled", None), getattr(compiled, "_compiled", None)):
+        if isinstance(candidate, aot.AOTFunction):
+            return candidate
+    return None
 
 
 def _whole_storage(t: torch.Tensor) -> torch.Tensor:

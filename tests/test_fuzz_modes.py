@@ -232,11 +232,9 @@ def _transposed_inference_ints():
         return (torch.randint(-4, 5, (2, 3), generator=torch.Generator().manual_seed(0)).t(),)
 
 
-# Open (strict xfails below).
-
-
 def _set_under_autocast_after_transpose_(a0, a1, a2):
-    # Class 7: set_() of an input onto another's memory under autocast, in a program changing geometry in place.
+    # Class 7: set_() of an input onto another's memory under autocast, in a program changing geometry in place
+    # (the trace's RegeneratedViews took aten.set_ for an op reading the input, and set_() a stand-in).
     a1.transpose_(0, -1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         v0 = a2 @ a2.mT
@@ -251,7 +249,8 @@ def _three_rows_of_a_non_leaf():
 
 
 def _out_grows_data_of_clone(a0, a1):
-    # Class 34: out= grows a .data alias of an intermediate, whose storage the intermediate shares.
+    # Class 34: out= grows a .data alias of an intermediate, whose storage the intermediate shares (both are
+    # taken again on the whole grown storage, which the graph returns).
     v0 = a1.clone()
     v2 = v0.data
     with torch.no_grad():
@@ -293,14 +292,7 @@ CASES = {
 }
 
 # Classes not fixed yet, strict so that a fix shows.
-_AUTOCAST_SET = "the trace reads the input in its geometry before set_() under autocast (class 7)"
-_GROWN_DATA = "the grown .data alias is replayed as a view of the graph's smaller intermediate (class 34)"
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("set_under_autocast_after_transpose_", "training"): _AUTOCAST_SET,
-    ("out_grows_data_of_clone", "training"): _GROWN_DATA,
-    ("out_grows_data_of_clone", "no_grad"): _GROWN_DATA,
-    ("out_grows_data_of_clone", "inference_mode"): _GROWN_DATA,
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))

@@ -205,8 +205,8 @@ def _odd_offset():
     return (torch.randn(10, generator=_gen())[3:8],)
 
 
-# Class 55: fill_ through a complex view of a written input at an odd offset (functionalization's copy of the
-# complex view of a storage of an odd number of floats).
+# Class 55: fill_ through a complex view of a written input at an odd offset: functionalization's copy into
+# the complex view (aten.copy clones its destination's whole storage, an odd number of floats) takes a clone.
 def _fill_complex_view(a0):
     v1 = torch.view_as_complex(a0.narrow(-1, 1, 4).unflatten(-1, (2, 2)))
     v1.fill_(2j)
@@ -237,9 +237,7 @@ PROGRAMS = {
 }
 
 # Strict xfails: (name, mode) -> why it still differs.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("fill_complex_view", "training"): "class 55: functionalize's copy of a complex view of an odd-sized storage",
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

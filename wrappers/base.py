@@ -17,8 +17,9 @@ from typing import Any, Protocol
 import torch
 
 from meta.view_and_mutation import ViewAndMutationMeta
+from wrappers.codegen import Emitter, Generated, emitter_of, generate, opaque
 
-__all__ = ["CoreCompiler", "FlatFn", "Layer", "Runtime", "Stage", "compile_through"]
+__all__ = ["CoreCompiler", "FlatFn", "Layer", "Runtime", "Stage", "compile_generated", "compile_through"]
 
 # The function being compiled: takes tensors positionally, returns a sequence of tensors.
 FlatFn = Callable[..., Sequence[torch.Tensor]]
@@ -115,3 +116,34 @@ def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -
     for layer in reversed(layers):
         runtime = layer.post_compile(runtime)
     return runtime
+
+
+def compile_generated(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> tuple[Runtime, Generated]:
+    """``compile_through``'s runtime (the interpreted reference) and the same call as one generated function.
+
+    A layer emits its part when it has ``emit_post_compile(inner_emitter)`` returning an emitter (after its
+    ``post_compile``, whose plan it reads); a layer whose ``post_compile`` returned its inner runtime adds
+    nothing; any other layer is called as its ``post_compile`` wraps the generated code of the layers below.
+    """
+    for layer in layers:
+        inner = layer.pre_compile(stage)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log_rewrite(layer, stage, inner)
+        stage = inner
+    runtime = core(stage)
+    emit: Emitter = emitter_of(runtime)
+    parts: list[str] = []
+    for layer in reversed(layers):
+        outer = layer.post_compile(runtime)
+        if outer is not runtime:
+            own = getattr(layer, "emit_post_compile", None)
+            emitted: Emitter | None = own(emit) if own is not None else None
+            if emitted is None:
+                below = generate(emit, f"aotfx_below_{type(layer).__name__}")
+                parts.append(below.source)
+                emitted = opaque(layer.post_compile(below.fn), type(layer).__name__)
+            emit = emitted
+        runtime = outer
+    generated = generate(emit)
+    generated.source = "\n".join([generated.source, *reversed(parts)])
+    return runtime, generated

@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
-from meta.storage import view_root
+from meta.storage import view_root, whole_storage
 from meta.storage_set import history_taken_again
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
@@ -52,6 +52,7 @@ from meta.view_and_mutation import (
     OutputType,
     TensorSpec,
     ViewAndMutationMeta,
+    ViewStep,
     replay_views,
 )
 from wrappers.base import Runtime, Stage
@@ -149,7 +150,7 @@ class MetadataMutation:
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
                 outs = list(flat_fn(*working))
             # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
-            made = [_whole_storage(working[arg_idx]) for arg_idx in fresh]
+            made = [whole_storage(working[arg_idx]) for arg_idx in fresh]
             return [*(outs[out] for out in split.kept), *made]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
@@ -429,12 +430,6 @@ _OWN_OBJECT_METHODS = frozenset(
 _VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
 
 
-def _whole_storage(tensor: torch.Tensor) -> torch.Tensor:
-    """All of ``tensor``'s storage (elements of its dtype), as a 1-D tensor from the storage's start."""
-    numel = int(tensor.untyped_storage().nbytes()) // tensor.element_size()
-    return tensor.detach().as_strided((numel,), (1,), 0)
-
-
 def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:
     """A storage holding exactly ``whole`` (a fresh storage's elements, as the graph returned them)."""
     exact = whole.is_contiguous() and whole.storage_offset() == 0
@@ -502,16 +497,27 @@ def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
 
 
 def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
-    """A view of a restrided input, taken again from the input in its final geometry."""
+    """A view of a restrided input (or a computed output put on one), taken again from the input in its
+    final geometry."""
+    alias = info.computed_alias
+    if alias is not None and alias.base_input in started:
+        chain = _chain_from_final(alias.view_chain, started[alias.base_input])
+        info = dataclasses.replace(info, computed_alias=dataclasses.replace(alias, view_chain=chain))
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
-    size, stride, offset = started[info.base_input]
-    first = info.view_chain[0]
+    return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
+
+
+def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+    """``chain``, taken from the input's geometry when the call started (``started``: its offset relative to
+    the final one), replayed from the input in its final geometry."""
+    size, stride, offset = started
+    first = chain[0]
     if first.from_geometry is not None:
         size, stride, relative = first.from_geometry
         offset += relative
     first = dataclasses.replace(first, from_geometry=(size, stride, offset))
-    return dataclasses.replace(info, view_chain=(first, *info.view_chain[1:]))
+    return (first, *chain[1:])
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:

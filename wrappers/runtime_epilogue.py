@@ -25,10 +25,11 @@ import torch
 
 from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
-from meta.storage import clone_at_offset
+from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
 from wrappers.base import Runtime, Stage
+from wrappers.codegen import Emitter, Source
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
 from wrappers.write_back import write_back
 
@@ -44,6 +45,7 @@ class RuntimeEpilogue:
         self._base_to_graph: IndexMap[IntermediateBase, GraphOut] = IndexMap()
         self._mutated_to_graph: IndexMap[UserArg, GraphOut] = IndexMap()
         self._counter_groups: list[int] = []
+        self._emit_plan: tuple[Counters, list[tuple[UserArg, GraphOut, Any]], list[Any]] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta = outer.meta
@@ -63,6 +65,7 @@ class RuntimeEpilogue:
             if info.base_intermediate is not None:
                 base_witness.setdefault(info.base_intermediate, (out_idx, len(info.view_chain)))
         witnesses = [base_witness[k] for k in range(num_bases)]
+        whole = [info.whole_storage for info in meta.intermediate_bases]
         flat_fn = outer.fn
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
@@ -74,7 +77,10 @@ class RuntimeEpilogue:
                 recorder = ViewRecorder()
                 with recorder:
                     outs = list(flat_fn(*working))
-                bases = [recorder.root(outs[out_idx], depth) for out_idx, depth in witnesses]
+                bases = [
+                    whole_storage(outs[out_idx]) if whole[k] else recorder.root(outs[out_idx], depth)
+                    for k, (out_idx, depth) in enumerate(witnesses)
+                ]
             else:
                 outs, bases = list(flat_fn(*working)), []
             return [*(outs[i] for i in computed), *bases, *(working[i] for i in mutated)]
@@ -91,7 +97,8 @@ class RuntimeEpilogue:
         # Below, a Function's view of an input is a computed output like any other; a leaf the function
         # called requires_grad_() on is a value without history (no tangent).
         computed_info = tuple(
-            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None) for i in computed
+            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
+            for i in computed
         )
         inner_meta = dataclasses.replace(
             meta,
@@ -111,7 +118,10 @@ class RuntimeEpilogue:
         moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
         counters = Counters([(i, meta.input_info[i].version_bumps) for i in moved], self._counter_groups)
         # A Function's view of an input is rebuilt on the caller's input (a backward may write it later).
-        hidden_views = any(info.hidden_view or info.computed_alias is not None for info in meta.output_info)
+        hidden_views = any(
+            info.hidden_view or info.computed_alias is not None or info.on_storage is not None
+            for info in meta.output_info
+        )
         # Outputs requiring grad while no input does: the function called requires_grad_() itself.
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
@@ -120,6 +130,7 @@ class RuntimeEpilogue:
         if not counters and not hidden_views and not set_inside and len(user_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = list(enumerate(meta.output_info))
+        self._emit_plan = (counters, writes, write_infos)
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             graph_outs, before = counters.call(inner, args, args)
@@ -150,6 +161,12 @@ class RuntimeEpilogue:
                             outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
+                if info.on_storage is not None:
+                    # The graph computed it; eager's sits on the grown memory the graph returned whole.
+                    base_k, step = info.on_storage
+                    on_memory = replay_views(graph_outs[base_to_graph[base_k]], (step,), made)
+                    with uncounted(on_memory):
+                        outs[out_idx] = with_history(AdoptHistory, on_memory, outs[out_idx])
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:
@@ -175,6 +192,105 @@ class RuntimeEpilogue:
             return outs
 
         return run
+
+    def emit_post_compile(self, inner: Emitter) -> Emitter | None:
+        """``post_compile``'s ``run`` as straight-line source: its per-output branches decided here, once."""
+        meta, plan = self._outer_meta, self._emit_plan
+        assert meta is not None and plan is not None, "emit_post_compile before post_compile"
+        counters, writes, write_infos = plan
+        user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
+        infos = list(enumerate(meta.output_info))
+
+        def emit(source: Source, args: str) -> str:
+            source.line("# runtime epilogue: input write-back, outputs that alias inputs or intermediates")
+            c = source.const(counters, "counters") if counters else ""
+            replay, made, before = source.const(replay_views, "replay_views"), source.fresh("made"), "None"
+            if counters:
+                before = source.fresh("before")
+                source.line(f"{before} = {c}.start({args})")
+                with source.block("try:"):
+                    graph_outs = inner(source, args)
+                with source.block("except BaseException:"):
+                    source.line(f"{c}.restore({args}, {before})")
+                    source.line("raise")
+            else:
+                graph_outs = inner(source, args)
+            source.line(f"{made} = {{}}")
+            outs = [source.fresh(f"out{i}") for i in range(len(infos))]
+
+            def info_of(out_idx: int) -> str:
+                return source.const(meta.output_info[out_idx], f"info{out_idx}")
+
+            def version_of(position: int) -> str:
+                slot = counters.slot_of(position)
+                return "None" if slot is None else f"{before}[{slot}]"
+
+            for out_idx, info in infos:
+                out = outs[out_idx]
+                if info.output_type == OutputType.NON_ALIAS:
+                    source.line(f"{out} = {graph_outs}[{user_to_graph[UserOut(out_idx)]}]")
+                    if info.hidden_view:
+                        source.line(f"{out} = {out}.view_as({out})")
+                    if info.is_differentiable:
+                        source.line(f"{out} = {info_of(out_idx)}.with_requires_grad_set_inside({out})")
+                elif info.replay_before_write_back:
+                    assert info.base_input is not None
+                    chain = source.const(info.view_chain, "chain")
+                    base = info.base_input
+                    source.line(f"{out} = {replay}({args}[{base}], {chain}, {made}, {version_of(base)})")
+            if writes:
+                targets = ", ".join(f"{args}[{arg}]" for arg, _, _ in writes)
+                values = ", ".join(f"{graph_outs}[{graph_out}]" for _, graph_out, _ in writes)
+                write = source.const(write_back, "write_back")
+                source.line(f"{write}([{targets}], [{values}], {source.const(write_infos, 'write_infos')})")
+                source.line(f"{c}.finish({args}, {before})")
+            for out_idx, info in infos:
+                out, kind, alias = outs[out_idx], info.output_type, info.computed_alias
+                if alias is not None:
+                    if kind != OutputType.NON_ALIAS and not info.replay_before_write_back:
+                        source.line(f"{out} = None")
+                    chain = source.const(alias.view_chain, "chain")
+                    of_input = source.fresh("of_input")
+                    source.line(f"{of_input} = {replay}({args}[{alias.base_input}], {chain}, {made})")
+                    history = source.const(with_history, "with_history")
+                    if alias.in_place:
+                        with source.block(f"with {source.const(uncounted, 'uncounted')}({of_input}):"):
+                            adopt = source.const(AdoptHistory, "AdoptHistory")
+                            source.line(f"{out} = {history}({adopt}, {of_input}, {out})")
+                    else:
+                        view = source.const(ViewWithHistory, "ViewWithHistory")
+                        source.line(f"{out} = {history}({view}, {of_input}, {out})")
+                if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
+                    continue
+                if kind == OutputType.IS_INPUT:
+                    source.line(f"{out} = {args}[{info.base_input}]")
+                elif kind == OutputType.ALIAS_OF_INPUT:
+                    assert info.base_input is not None
+                    chain, base = source.const(info.view_chain, "chain"), info.base_input
+                    source.line(f"{out} = {replay}({args}[{base}], {chain}, {made}, {version_of(base)})")
+                    source.line(f"{out} = {info_of(out_idx)}.with_requires_grad_set_inside({out})")
+                elif kind == OutputType.IS_OUTPUT:
+                    assert info.base_output is not None
+                    source.line(f"{out} = {outs[info.base_output]}")
+                elif info.base_output is not None:
+                    chain = source.const(info.view_chain, "chain")
+                    source.line(f"{out} = {replay}({outs[info.base_output]}, {chain}, {made})")
+                else:
+                    assert info.base_intermediate is not None
+                    base_var = source.fresh("base")
+                    source.line(f"{base_var} = {graph_outs}[{base_to_graph[info.base_intermediate]}]")
+                    if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]):
+                        with source.block(f"if not {base_var}.requires_grad:"):
+                            source.line(f"{base_var}.requires_grad_()  # its views require grad as eager's")
+                    chain = source.const(info.view_chain, "chain")
+                    source.line(f"{out} = {replay}({base_var}, {chain}, {made})")
+            if counters:
+                source.line(f"{c}.finish({args}, {before})")
+            result = source.fresh("outs")
+            source.line(f"{result} = [{', '.join(outs)}]")
+            return result
+
+        return emit
 
 
 def _made_a_leaf(info: OutputAliasInfo) -> bool:

@@ -26,7 +26,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, IndexMap, UserArg, UserOut
-from meta.storage import overlaps, storage_extent, storage_key, view_root
+from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -230,7 +230,9 @@ class SyntheticBase:
                 # The base is read, never written: the members are views of a copy of it, if written. Else of
                 # the base itself: an autograd.Function's backward writing a member it saved writes the input.
                 base = inner_args[len(plain) + k]
-                copy = base.clone() if cluster.written else base
+                # At the base's storage offset: ops reading the members' offsets (view_as_complex wants them
+                # even) judge them as eager's.
+                copy = clone_at_offset(base) if cluster.written else base
                 copies.append(copy)
                 for m in cluster.members:
                     size, stride, offset = geometry[m]

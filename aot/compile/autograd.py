@@ -23,10 +23,12 @@ from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
+from wrappers.codegen import Source, attach
 
 __all__ = ["BoxedFn", "HigherOrder", "fresh_outputs", "make_training_runtime", "restride"]
 
 T = TypeVar("T")
+_TENSOR_OR_NONE = (torch.Tensor, type(None))
 
 # A compiled graph in the boxed convention: takes a list, returns a sequence.
 BoxedFn = Callable[[list[Any]], Sequence[Any]]
@@ -48,6 +50,8 @@ def fresh_outputs(outputs: Sequence[Any], inputs: Sequence[Any] = ()) -> list[An
     eager mutated the metadata in place (``matmul``'s ``squeeze_``); its ``_base``
     would leak. ``detach()`` keeps the memory and drops the view relation.
     """
+    if not any(isinstance(out, torch.Tensor) and out._is_view() for out in outputs):
+        return list(outputs)  # the common case: no view, the inputs' storages are not needed
     storages = {t.untyped_storage()._cdata for t in inputs if isinstance(t, torch.Tensor)}
     return [
         out.detach()
@@ -61,6 +65,9 @@ def _distinct(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
     """One graph value returned at two positions (a user output that is also an input's new value)
     becomes two tensors on its memory: autograd then routes each position's gradient to its own tangent,
     where one object would take one of them for both."""
+    ids = {id(out) for out in outputs}
+    if len(ids) == len(outputs) and ids.isdisjoint(map(id, inputs)):
+        return outputs  # the common case: every output a distinct new value
     inputs_seen = {id(t) for t in inputs}
     seen: set[int] = set()
     distinct = []
@@ -208,8 +215,6 @@ def make_training_runtime(
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
             saved = _saveable(saved)
-            # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
-            ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor | None)]
             lifetime: list[torch.Tensor] = []
             if higher_order is not None:
                 # Held, not saved: the first-order backward does not read them, so it checks no versions. They
@@ -218,11 +223,18 @@ def make_training_runtime(
                 ctx.held_versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in held]
                 ctx.held_strongly = held if _saved_tensor_hooks_active() else None
                 lifetime.append(_held_lifetime(held))
-            ctx.save_for_backward(*(v for v in saved if isinstance(v, torch.Tensor | None)), *lifetime)
+            # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
+            if all(isinstance(v, _TENSOR_OR_NONE) for v in saved):
+                ctx.saved_sizes = ()
+                ctx.save_for_backward(*saved, *lifetime)
+            else:
+                ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, _TENSOR_OR_NONE)]
+                ctx.save_for_backward(*(v for v in saved if isinstance(v, _TENSOR_OR_NONE)), *lifetime)
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.
-            ctx.written_primals = [args[p] for p in written_primals]
-            ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
+            ctx.written_primals = [args[p] for p in written_primals] if written_primals else ()
+            if non_differentiable:
+                ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
             return tuple(outputs)
 
         @staticmethod
@@ -230,11 +242,13 @@ def make_training_runtime(
             tangents = [
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
-            saved = list(ctx.saved_tensors)
+            saved = ctx.saved_tensors
             held: list[Any] = []
             if higher_order is not None:
-                marker = saved.pop()
+                *saved, marker = saved
                 held = ctx.held_strongly if ctx.held_strongly is not None else getattr(marker, _HELD)
+            if ctx.saved_sizes:
+                saved = list(saved)
             for position, size in ctx.saved_sizes:
                 saved.insert(position, size)
             args = [*saved, *tangents]
@@ -259,8 +273,12 @@ def make_training_runtime(
                         refused = error  # eager's double backward raises it, its first-order one does not
             # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
             # whatever the grad mode (as_strided_scatter of a non-contiguous one).
-            with torch.no_grad():
-                results = backward_fn()([arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args])
+            detached = [arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            if torch.is_grad_enabled():
+                with torch.no_grad():
+                    results = backward_fn()(detached)
+            else:
+                results = backward_fn()(detached)  # the engine runs a first-order backward without grad mode
             if backward_writes:
                 tangent_inputs = [grad_outputs[out] for out in tangent_outputs]
                 targets = [
@@ -286,4 +304,16 @@ def make_training_runtime(
                 return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
         return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
 
-    return run
+    def emit(source: Source, args: str) -> str:
+        apply = source.const(CompiledFunction.apply, "compiled_function")
+        grad_on, enable = source.const(torch.is_grad_enabled, "grad_on"), source.const(torch.enable_grad, "enable_grad")
+        outs = source.fresh("outs")
+        with source.block(f"if {grad_on}():"):
+            source.line(f"{outs} = list({apply}(*{args}))")
+        with source.block("else:"):
+            source.line("# called under no_grad: recorded as the function's enable_grad region was")
+            with source.block(f"with {enable}():"):
+                source.line(f"{outs} = list({apply}(*{args}))")
+        return outs
+
+    return attach(run, emit)

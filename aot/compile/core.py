@@ -36,6 +36,7 @@ from aot.config import AOTConfig
 from meta.collect import CALLER_IN_INFERENCE_MODE, raised_by_eager_backward
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
+from wrappers.codegen import Source, attach
 
 __all__ = ["CompileFunction", "CompiledEntry", "compile_core", "runtime_from_graphs"]
 
@@ -53,6 +54,11 @@ class CompiledEntry:
     compile_seconds: float = 0.0
     backward_compile_seconds: float = 0.0
     runtime: Runtime | None = None
+    # The interpreted layer runtimes, the reference ``runtime`` is generated from (``wrappers.codegen``),
+    # and the generated source (with the guard, once a call has used it: ``aot.runtime_code``).
+    reference_runtime: Runtime | None = None
+    runtime_source: str = ""
+    emit: Any = None
     # The backward compiled as a function of its own (an ``AOTFunction``), once a backward ran with
     # grad mode on: its entries hold the second-order graphs, and theirs the third-order ones.
     higher_order: Any = None
@@ -178,7 +184,22 @@ def runtime_from_graphs(
         with torch.no_grad():
             return fresh_outputs(compiled(list(args)))
 
-    return run_inference
+    def emit(source: Source, args: str) -> str:
+        graph, fresh = source.const(compiled, "inference_graph"), source.const(fresh_outputs, "fresh_outputs")
+        grad_on, set_grad = (
+            source.const(torch.is_grad_enabled, "grad_on"),
+            source.const(torch._C._set_grad_enabled, "set_grad_enabled"),
+        )
+        outs, mode = source.fresh("outs"), source.fresh("grad_mode")
+        source.line(f"{mode} = {grad_on}()")
+        source.line(f"{set_grad}(False)")
+        with source.block("try:"):
+            source.line(f"{outs} = {fresh}({graph}(list({args})))")
+        with source.block("finally:"):
+            source.line(f"{set_grad}({mode})")
+        return outs
+
+    return attach(run_inference, emit)
 
 
 def _higher_order(

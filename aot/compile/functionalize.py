@@ -469,7 +469,13 @@ class _Functionalizer:
         if num_results != len(fresh) + len(positions):
             raise NotImplementedError(f"functionalize: {functional} does not return what {_where(node)} writes")
         args, kwargs = _bind(op, functional, node)
-        result = self.emit(functional, *self.read(args), **self.read(kwargs))
+        args, kwargs = self.read(args), self.read(kwargs)
+        if functional is aten.copy.default and self._dtype_view(cast(fx.Node, node.args[0])):
+            # aten.copy clones its destination's whole storage in the destination's dtype, which a view of
+            # another dtype need not fill whole (a complex view of an odd number of floats): a clone of just
+            # the view is the same destination.
+            args = [self.emit(aten.clone.default, args[0]), *args[1:]]
+        result = self.emit(functional, *args, **kwargs)
 
         def result_item(k: int) -> fx.Node:
             return result if num_results == 1 else self.emit(operator.getitem, result, k)
@@ -497,6 +503,12 @@ class _Functionalizer:
         else:
             self.items[node] = returns
             self.add_root(node, result)
+
+    def _dtype_view(self, node: fx.Node) -> bool:
+        """Whether ``node`` is a view of memory whose root has another element size."""
+        node = self.resolve(node)
+        root_val, val = _val(self.root[node]), _val(node)
+        return isinstance(root_val, torch.Tensor) and root_val.element_size() != val.element_size()
 
     def mutation_item(self, node: fx.Node) -> None:
         source = cast(fx.Node, node.args[0])

@@ -75,6 +75,8 @@ class RegeneratedViews(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):  # a mode above called it again: ``set_.source_Tensor`` is ``set_``
+            name = func.overloadpacket.__name__
         if name == "__get__":
             name = getattr(getattr(func, "__self__", None), "__name__", "__get__")
             own = name not in _VIEW_PROPERTIES

@@ -309,4 +309,6 @@ def report(compiled: Any) -> str:
     parts += ["op counts:", op_count_table(entry)]
     if entry.backward is not None:
         parts.append(saved_report(entry))
+    if entry.runtime_source:
+        parts += ["runtime (generated):", entry.runtime_source]
     return "\n".join(parts)

@@ -1,0 +1,134 @@
+"""One generated function per compiled entry: a cheap guard, then the call, straight-line.
+
+``AOTFunction.__call__`` first tries the function of the entry it used last. Its
+guard compares only what can differ from that entry's signature (``aot.signature``),
+for the common case of a flat tuple of tensors that share no storage: each tensor's
+shape, strides, dtype, device, ``requires_grad`` (and leafness where it matters),
+that none is an inference tensor or marked dynamic, that their storages are
+distinct, the grad and inference modes, the module modes and hooks. Passing the
+guard implies the full signature equals the entry's; failing it says nothing: the
+call falls back to the full signature and the entry table (a new entry where none
+matches). The call itself is the layers' generated code (``wrappers.codegen``), then
+the grad mode the function leaves and the output structure, baked in.
+
+``AOTFX_RUNTIME=interpreted`` in the environment (or :data:`INTERPRETED` set) runs
+the interpreted layer closures instead, with the full signature on every call: the
+reference the generated code is tested against.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from wrappers.codegen import Emitter, Source
+
+__all__ = ["ENV_VAR", "MISS", "entry_function", "interpreted"]
+
+ENV_VAR = "AOTFX_RUNTIME"
+MISS: Any = object()  # a guard's answer: not this entry
+_STATE = {"interpreted": os.environ.get(ENV_VAR, "generated") == "interpreted"}
+
+
+def interpreted() -> bool:
+    """Whether entries compiled now run the interpreted reference (read once per compile, not per call)."""
+    return _STATE["interpreted"]
+
+
+def set_interpreted(value: bool) -> bool:
+    """Compile later entries with the interpreted (True) or generated (False) runtime; the previous setting."""
+    previous, _STATE["interpreted"] = _STATE["interpreted"], value
+    return previous
+
+
+def fast_path_applies(leaves: Sequence[Any]) -> bool:
+    """The guard's case: plain tensors, no two in one storage, no inference tensor, none marked dynamic."""
+    storages = set()
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor) or leaf.is_inference() or leaf.is_sparse or leaf.is_nested:
+            return False
+        if getattr(leaf, "_dynamo_dynamic_indices", None):
+            return False
+        try:
+            storages.add(leaf.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError):
+            return False
+    return len(storages) == len(leaves)
+
+
+def entry_function(
+    leaves: Sequence[torch.Tensor],
+    emit: Emitter,
+    state_key: Callable[[], Hashable] | None,
+    hooked: Callable[[], bool],
+    exit_grad_mode: bool | None,
+    rebuild: Callable[[list[Any]], Any],
+    rebuild_kind: str,
+) -> tuple[Callable[[tuple[Any, ...]], Any], str]:
+    """The guarded call of one entry, for calls like ``leaves`` (which ``fast_path_applies`` to).
+
+    ``rebuild_kind``: ``"tuple"`` (a tuple of the tensors), ``"single"`` (the one tensor) or
+    ``"tree"`` (``rebuild`` makes the output pytree).
+    """
+    source = Source()
+    names = [source.fresh(f"a{i}") for i in range(len(leaves))]
+    source.line("# guard: what can differ from this entry's signature; a miss takes the full check")
+    with source.block("try:"):
+        source.line(f"if len(args) != {len(leaves)}: return MISS")
+        if names:
+            source.line(f"{', '.join(names)}, = args")
+        grad_on = source.const(torch.is_grad_enabled, "grad_on")
+        inference_on = source.const(torch.is_inference_mode_enabled, "inference_on")
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        source.line(f"if {grad_on}() is not {grad} or {inference_on}() is not {inference}: return MISS")
+        if state_key is not None:
+            key = source.const(state_key(), "state")
+            source.line(f"if {source.const(state_key, 'state_key')}() != {key}: return MISS")
+        source.line(f"if {source.const(hooked, 'hooked')}(): return MISS")
+        tensor = source.const(torch.Tensor, "Tensor")
+        for name, leaf in zip(names, leaves, strict=True):
+            checks = [
+                f"isinstance({name}, {tensor})",
+                f"{name}.shape == {source.const(leaf.shape, 'size')}",
+                f"{name}.stride() == {tuple(leaf.stride())!r}",
+                f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
+                f"{name}.is_cpu"
+                if leaf.device.type == "cpu"
+                else f"{name}.device == {source.const(leaf.device, 'dev')}",
+            ]
+            if leaf.requires_grad:
+                checks.append(f"{name}.requires_grad")
+                checks.append(f"{name}.is_leaf" if leaf.is_leaf else f"not {name}.is_leaf")
+            else:
+                checks.append(f"not {name}.requires_grad")
+            checks.append(f"not {name}.is_inference()")
+            source.line(f"if not ({' and '.join(checks)}): return MISS")
+        if names:
+            # Only torch._dynamo's mark_dynamic marks a tensor: while it is not imported, nothing to look at.
+            marked = " or ".join(f"getattr({name}, '_dynamo_dynamic_indices', None)" for name in names)
+            modules = source.const(sys.modules, "modules")
+            source.line(f"if 'torch._dynamo' in {modules} and ({marked}): return MISS")
+        if len(names) > 1:
+            storages = ", ".join(f"{name}.untyped_storage()._cdata" for name in names)
+            source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
+    with source.block("except Exception:"):
+        source.line("return MISS")
+    source.line("# the call")
+    tensors = source.fresh("tensors")
+    source.line(f"{tensors} = [{', '.join(names)}]")
+    outs = emit(source, tensors)
+    if exit_grad_mode is not None:
+        source.line(f"{source.const(torch._C._set_grad_enabled, 'set_grad_enabled')}({exit_grad_mode})")
+    if rebuild_kind == "tuple":
+        source.line(f"return tuple({outs})")
+    elif rebuild_kind == "single":
+        source.line(f"return {outs}[0]")
+    else:
+        source.line(f"return {source.const(rebuild, 'rebuild')}({outs})")
+    source.constants["MISS"] = MISS
+    fn, text = source.build("aotfx_call", "args")
+    return fn, text

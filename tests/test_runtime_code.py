@@ -1,0 +1,151 @@
+"""The generated runtime code (``wrappers.codegen``, ``aot.runtime_code``): what it looks like, its guard,
+and the interpreted reference it is generated from (the oracle runs both on every differential test)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import aot
+from aot import runtime_code
+from tests.oracle import check
+
+EXPECTED = pathlib.Path(__file__).parent / "expected"
+
+
+def duplicated_aliased_mutated(a: torch.Tensor, b: torch.Tensor, base: torch.Tensor, view: torch.Tensor) -> tuple:
+    """``a`` passed twice (``b``), ``view`` a view of ``base``, both written; outputs alias inputs."""
+    a.mul_(2)
+    view.add_(1)
+    return a + b, base.sum(), view.t(), a
+
+
+def _args() -> tuple[torch.Tensor, ...]:
+    a = torch.arange(4.0)
+    base = torch.arange(6.0).reshape(2, 3)
+    return a, a, base, base[:, 1:]
+
+
+def test_generated_source_of_duplicated_aliased_mutated_inputs() -> None:
+    """The checked-in source shows a reader what one entry's call is: the dedupe and synthetic-base
+    layers called as they are (they emit no source yet), the epilogue and the core straight-line."""
+    compiled = check(duplicated_aliased_mutated, _args)
+    (entry,) = compiled.entries
+    expected = EXPECTED / "runtime_duplicated_aliased_mutated.py.txt"
+    if os.environ.get("AOTFX_REGENERATE_EXPECTED"):
+        expected.write_text(entry.runtime_source)
+    assert entry.runtime_source == expected.read_text()
+
+
+def plain(x: torch.Tensor, w: torch.Tensor) -> tuple:
+    return (x @ w).relu(), x * 2
+
+
+def test_guarded_source_of_flat_tensors() -> None:
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    compiled = aot.aot_function(plain, aot.nop)
+    compiled(x, w)
+    compiled(x, w)
+    (entry,) = compiled.entries
+    expected = EXPECTED / "runtime_plain.py.txt"
+    if os.environ.get("AOTFX_REGENERATE_EXPECTED"):
+        expected.write_text(entry.runtime_source)
+    assert entry.runtime_source == expected.read_text()
+
+
+def test_guard_misses_take_the_full_check() -> None:
+    """Whatever differs from the entry's signature misses the guard: a new entry, or another entry's."""
+    compiled = aot.aot_function(plain, aot.nop)
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    calls = [
+        (x, w),
+        (x, w),
+        (torch.randn(2, 4), w),  # shape
+        (x.t().contiguous().t(), w),  # strides
+        (x.double(), w.double()),  # dtype
+        (x, w.detach()),  # requires_grad
+        lambda: (x, w * 1),  # not a leaf (a factory: the oracle would clone it into a leaf)
+        (x, x.new_zeros(4, 5)),  # a fresh storage: the same entry
+        (x, w),
+    ]
+    for args in calls:
+        check(plain, args, compiled_fn=compiled, calls=1)
+    assert len(compiled.entries) == 6
+    with torch.no_grad():
+        check(plain, (x, w), compiled_fn=compiled, calls=1)
+    shared = torch.randn(8, 4)
+    check(plain, lambda: (shared[:3], shared[3:7, :].t().contiguous().t().clone()), compiled_fn=compiled, calls=1)
+    storage = torch.randn(32)
+    # Two inputs in one storage: not the guard's case, the full signature says which entry.
+    check(plain, lambda: (storage[:12].view(3, 4), storage[12:32].view(4, 5)), compiled_fn=compiled, calls=2)
+
+
+def test_module_modes_are_guarded() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    compiled = aot.aot_module(model, aot.nop)
+    x = torch.randn(2, 4)
+    model.eval()
+    torch.testing.assert_close(compiled(x), model(x))
+    torch.testing.assert_close(compiled(x), model(x))
+    model.train()
+    compiled(x)
+    assert len(compiled.compiled.entries) == 2
+
+
+def test_reference_runtime_is_the_interpreted_layers() -> None:
+    compiled = aot.aot_function(duplicated_aliased_mutated, aot.nop)
+    compiled(*_args())
+    (entry,) = compiled.entries
+    assert entry.reference_runtime is not None and entry.reference_runtime is not entry.runtime
+    compiled.use_reference_runtime()
+    check(duplicated_aliased_mutated, _args, compiled_fn=compiled, calls=1)
+    assert compiled._fast is None
+
+
+def test_interpreted_mode_from_the_environment() -> None:
+    script = textwrap.dedent(
+        """
+        import torch, aot
+        compiled = aot.aot_function(lambda x: (x.sin(),), aot.nop)
+        compiled(torch.randn(3)); compiled(torch.randn(3))
+        (entry,) = compiled.entries
+        assert entry.runtime is entry.reference_runtime and entry.runtime_source == ""
+        print("ok")
+        """
+    )
+    env = {**os.environ, runtime_code.ENV_VAR: "interpreted"}
+    root = pathlib.Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_runtime_channel_logs_the_source(caplog) -> None:  # type: ignore[no-untyped-def]
+    def fresh(x: torch.Tensor, w: torch.Tensor) -> tuple:  # not a function compiled before: traced here
+        return plain(x, w)
+
+    with caplog.at_level(logging.DEBUG, logger="aot.runtime"):
+        compiled = aot.aot_function(fresh, aot.nop)
+        compiled(torch.randn(3, 4), torch.randn(4, 5))
+        compiled(torch.randn(3, 4), torch.randn(4, 5))
+    sources = [r.aot["source"] for r in caplog.records if r.name == "aot.runtime"]  # type: ignore[attr-defined]
+    assert any("def aotfx_call(args):" in source for source in sources)
+    assert any("def aotfx_runtime(args):" in source for source in sources)
+
+
+def test_a_tensor_marked_dynamic_misses_the_guard() -> None:
+    import torch._dynamo
+
+    compiled = aot.aot_function(plain, aot.nop)
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    compiled(x, w)
+    compiled(x, w)
+    marked = torch.randn(3, 4)
+    torch._dynamo.mark_dynamic(marked, 0)
+    compiled(marked, w)
+    assert any(entry.dynamic_positions for entry in compiled.entries)
