@@ -1,6 +1,6 @@
 """The input signature: everything about a call that a compiled entry is specialized on.
 
-Shapes, strides, dtypes, devices, ``requires_grad`` (and
+Shapes, strides, dtypes, devices, ``requires_grad`` (and view-ness or
 leafness where it matters), grad mode, which tensor inputs share storage (and version counters), the
 pytree structure and every non-tensor value. Two calls with equal signatures
 can share one compiled entry; any difference traces again.
@@ -75,6 +75,8 @@ def input_signature(
                     leaf.device,
                     requires_grad,
                     requires_grad and leaf.is_leaf,
+                    # requires_grad_() on a view makes a leaf whose own views follow its base: no grad
+                    not requires_grad and leaf._is_view(),
                     first,
                     # eager refuses in-place writes into an inference tensor outside inference mode,
                     # unless it is a detach()/.data of one (which has a version counter)

@@ -336,8 +336,10 @@ class FreshViews(TorchFunctionMode):
                 out = func(*args, **kwargs)
         elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
-            if name not in _INPLACE_VIEW_METHODS:
-                first = self._used(first) if isinstance(first, torch.Tensor) else first
+            if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+                if name.endswith("_") and not name.endswith("__"):
+                    _check_inplace_as_eager(first)  # the stand-in is no view of the leaf eager refuses to write
+                first = self._used(first)
             rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
             if "out" in kwargs:
                 fresh_kwargs["out"] = kwargs["out"]
@@ -381,6 +383,17 @@ class FreshViews(TorchFunctionMode):
             self._anchored[id(out)] = (out, anchored[1])
         elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
             self._anchored[id(out)] = (out, first)
+
+
+def _check_inplace_as_eager(tensor: torch.Tensor) -> None:
+    """Eager's refusal of an in-place op recorded on a leaf requiring grad, or on a view of one."""
+    if not (records() and tensor.requires_grad):
+        return
+    base = tensor._base
+    if base is not None and base.is_leaf:
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+    if base is None and tensor.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
 
 
 class _Unconnected(torch.autograd.Function):
@@ -458,6 +471,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
         self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
+        # By the base whose counter its views share: an input set_() moved to other memory keeps its counter.
+        self._initial_root_version = {id(view_root(t)): t._version for t in alias_sources}
         # The sources' version counters as last seen, and, per source, the clock of the last data write
         # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
         self._sources = [t for t in alias_sources if t.layout == torch.strided and not t.is_inference()]
@@ -533,6 +548,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         version = -1
         if first is not None:
             initial_version = self._initial_version.get(storage_key(first))
+            if initial_version is None:
+                initial_version = self._initial_root_version.get(id(view_root(first)))
             # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
             if initial_version is not None and not first.is_inference():
                 version = first._version - initial_version
@@ -683,7 +700,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         an inference input (one that required no grad) or a view or ``detach()`` of one requiring grad had it."""
         nodes = [*self.nodes.values(), *(_Node(t) for t in inputs if id(t) in self._inference_inputs)]
         for node in nodes:
-            if node.tensor.requires_grad and self._is_inference(node):
+            # (A leaf: one with a history got it from an op autograd recorded, which eager allows.)
+            if node.tensor.requires_grad and _is_leaf(node.tensor) and self._is_inference(node):
                 raise RuntimeError(
                     "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
                 )
@@ -981,6 +999,19 @@ def collect_meta(
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
 
+        def of_inference_input(tensor: torch.Tensor) -> bool:
+            """Under the caller's inference mode, a view (or a view set_() elsewhere) of an inference input: eager's
+            requires no grad but by the function's requires_grad_() on it (the fakes are no inference tensors)."""
+            if not CALLER_IN_INFERENCE_MODE.get() or id(tensor) in input_position:
+                return False
+            root, chain, _ = recorder.chain_to_root(tensor, lambda t: id(t) in input_position)
+            position = input_position.get(id(root))
+            if root is tensor or position is None or not flat_args[position].is_inference():
+                return False
+            # (An autograd.Function in an enable_grad region records there, whatever its inputs.)
+            by_function = recorder.made_by_custom_function(tensor, len(chain))
+            return not by_function and recorder.made_require_grad.get(id(tensor)) is not tensor
+
         def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo:
             autograd_view = fresh_views.fresh(tensor)  # the stale record of a view would fail to regenerate
             try:
@@ -989,7 +1020,7 @@ def collect_meta(
                 is_leaf = False
             return OutputAliasInfo(
                 kind,
-                requires_grad=autograd_view.requires_grad,
+                requires_grad=autograd_view.requires_grad and not of_inference_input(tensor),
                 spec=TensorSpec.of(tensor),
                 is_leaf=is_leaf,
                 **fields,
@@ -1416,6 +1447,7 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and _is_leaf(fake),
         storage_set_to=storage_set_to,
         fresh_storage_nbytes=int(fake.untyped_storage().nbytes()) if storage_set_to == ("fresh", -1) else 0,
+        set_recorded=storage_set_to is not None and fake.requires_grad and history_rewritten,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
     )

@@ -175,6 +175,9 @@ class InputAliasInfo:
     # With ``storage_set_to == ("fresh", -1)``: that storage's size in bytes. The graph returns all of it
     # (eager's storage holds the made tensor's elements outside the input's final geometry too).
     fresh_storage_nbytes: int = 0
+    # Autograd recorded the ``set_()`` (under grad mode, onto a tensor requiring grad): the input, and the other
+    # views of its base, require grad after, with a history whose derivative raises.
+    set_recorded: bool = False
     # ``resize_`` (or an ``out=`` op resizing) grew the input's storage, as eager does in place: its
     # size in bytes after the call; 0 when it keeps its size.
     storage_grown_to: int = 0

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DoublesInPlace", "Identity", "ScaledBySaved", "ScalesBySavedThenDoublesIt", "TriplesGradOutput", "ViewOf"]
+__all__ = [
+    "DoublesInPlace",
+    "Identity",
+    "ScaledBySaved",
+    "ScalesBySavedThenDoublesIt",
+    "TriplesGradOutput",
+    "ViewOf",
+    "WithSign",
+]
 
 
 class Identity(torch.autograd.Function):
@@ -87,3 +95,17 @@ class ScaledBySaved(torch.autograd.Function):
         (scale,) = ctx.saved_tensors
         scale.mul_(2)
         return grad * scale.sum(), None
+
+
+class WithSign(torch.autograd.Function):
+    """Returns 3 * x and the non-differentiable sign of x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        sign = x.sign()
+        ctx.mark_non_differentiable(sign)
+        return x * 3, sign
+
+    @staticmethod
+    def backward(ctx, grad, grad_sign):
+        return grad * 3

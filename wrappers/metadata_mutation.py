@@ -167,6 +167,7 @@ class MetadataMutation:
                     mutates_metadata=False,
                     final_metadata=None,
                     storage_set_to=None,
+                    set_recorded=False,
                     fresh_storage_nbytes=0,
                     is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
                     moves_history=False,
@@ -202,11 +203,14 @@ class MetadataMutation:
             return outer
         flat_fn = outer.fn
 
+        # The caller's tensors that are views (of a base needing no grad: the signature tells them).
+        views = {arg_idx for arg_idx in chosen if outer.args[arg_idx]._is_view()}
+
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             mode = _RequiresGradInside()
             for arg_idx in chosen:
-                working[arg_idx] = mode.untracked(args[arg_idx])
+                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views)
             with mode:
                 return list(flat_fn(*working))
 
@@ -285,6 +289,12 @@ class MetadataMutation:
                         storage = outs[index].untyped_storage()
                     else:
                         storage = _storage_of(new_storages[arg_idx])
+                    source = args[index] if kind == "input" else outs[index] if kind == "output" else None
+                    if info.set_recorded and source is not None and torch.is_grad_enabled():
+                        # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
+                        # other views of its base, require grad after, as eager's do.
+                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[arg-type]
+                        continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
                     retaken.append(target)
@@ -310,10 +320,16 @@ class MetadataMutation:
             for target in retaken:
                 _retake_view_history(target)
             made: dict[int, torch.Tensor] = {}
-            for out_idx, out_info in enumerate(meta.output_info):
-                if out_info.after_set:  # taken from the caller's tensor in its new memory
-                    assert out_info.base_input is not None
-                    outs[out_idx] = replay_views(args[out_info.base_input], out_info.view_chain, made)
+            after_set = [(out_idx, out_info) for out_idx, out_info in enumerate(meta.output_info) if out_info.after_set]
+            for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory
+                base = out_info.base_input
+                assert base is not None
+                # At eager's version when eager took it: a view taken under no_grad, then changed, refuses its
+                # history as eager's does.
+                at = counters.before_of(before, base)
+                outs[out_idx] = replay_views(args[base], out_info.view_chain, made, at)
+            if after_set:
+                counters.finish(args, before)
             return outs
 
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
@@ -577,15 +593,22 @@ class _RequiresGradInside(TorchFunctionMode):
         super().__init__()
         self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._attached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._of_views: set[int] = set()
 
-    def untracked(self, source: torch.Tensor) -> torch.Tensor:
+    def untracked(self, source: torch.Tensor, of_view: bool = False) -> torch.Tensor:
+        """``of_view``: the caller's tensor is a view (of a base needing no grad): a view of it taken under no_grad
+        requires grad only if that base does, so there the alias itself stands for it."""
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
+        if of_view:
+            self._of_views.add(id(alias))
         return alias
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         found = self._attached.get(id(value))
         if found is None or found[0] is not value:
+            return value
+        if id(value) in self._of_views and not torch.is_grad_enabled():
             return value
         source = found[1]
         if (value.shape, value.stride(), value.storage_offset()) == (

@@ -159,6 +159,8 @@ class RuntimeEpilogue:
                     if alias.in_place:
                         with uncounted(of_input):  # eager's in-place write was counted already (the write-back)
                             outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
+                    elif info.is_leaf and of_input.is_leaf:
+                        outs[out_idx] = of_input  # a view of it taken under no_grad: no history, as eager's
                     else:
                         outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
                 if info.on_storage is not None:
@@ -259,7 +261,20 @@ class RuntimeEpilogue:
                             source.line(f"{out} = {history}({adopt}, {of_input}, {out})")
                     else:
                         view = source.const(ViewWithHistory, "ViewWithHistory")
-                        source.line(f"{out} = {history}({view}, {of_input}, {out})")
+                        with_view = f"{history}({view}, {of_input}, {out})"
+                        if info.is_leaf:  # a view of it taken under no_grad: no history, as eager's
+                            with_view = f"{of_input} if {of_input}.is_leaf else {with_view}"
+                        source.line(f"{out} = {with_view}")
+                if info.on_storage is not None:
+                    if kind != OutputType.NON_ALIAS and not info.replay_before_write_back and alias is None:
+                        source.line(f"{out} = None")
+                    base_k, step = info.on_storage
+                    on_memory, steps = source.fresh("on_memory"), source.const((step,), "chain")
+                    source.line(f"{on_memory} = {replay}({graph_outs}[{base_to_graph[base_k]}], {steps}, {made})")
+                    history = source.const(with_history, "with_history")
+                    with source.block(f"with {source.const(uncounted, 'uncounted')}({on_memory}):"):
+                        adopt = source.const(AdoptHistory, "AdoptHistory")
+                        source.line(f"{out} = {history}({adopt}, {on_memory}, {out})")
                 if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
                     continue
                 if kind == OutputType.IS_INPUT:

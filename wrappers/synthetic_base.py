@@ -60,7 +60,7 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     own_bytes = storage_extent(arg)[1] * arg.element_size()
     reaches_past = info.offset_sensitive and info.storage_reach > own_bytes
     if not info.mutates_data:
-        return info.requires_grad and info.version_bumps > 0 and reaches_past
+        return info.requires_grad and not info.is_leaf and info.version_bumps > 0 and reaches_past
     dense = is_non_overlapping_and_dense_or_false(arg)
     return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 
@@ -328,6 +328,8 @@ class SyntheticBase:
                 if alias.in_place:
                     with uncounted(of_input):  # eager's in-place write was counted already
                         outs[out] = with_history(AdoptHistory, of_input, outs[out])
+                elif meta.output_info[out].is_leaf and of_input.is_leaf:
+                    outs[out] = of_input  # a view of it taken under no_grad: no history, as eager's
                 else:
                     outs[out] = with_history(ViewWithHistory, of_input, outs[out])
             for i, info in enumerate(meta.output_info):

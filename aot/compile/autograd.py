@@ -22,6 +22,7 @@ import torch
 from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.storage import one_index_per_element
+from meta.versions import version
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 from wrappers.codegen import Source, attach
 
@@ -118,12 +119,12 @@ def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
 
 
 def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
-    for tensor, version in zip(held, versions, strict=True):
-        if isinstance(tensor, torch.Tensor) and tensor._version != version:
+    for tensor, expected in zip(held, versions, strict=True):
+        if isinstance(tensor, torch.Tensor) and version(tensor) != expected:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an inplace "
                 f"operation: [{tensor.type()} {list(tensor.shape)}] is at version {tensor._version}; expected "
-                f"version {version} instead (an input of an aotfx-compiled function, which its higher-order "
+                f"version {expected} instead (an input of an aotfx-compiled function, which its higher-order "
                 "backward recomputes from)."
             )
 
@@ -220,7 +221,8 @@ def make_training_runtime(
                 # Held, not saved: the first-order backward does not read them, so it checks no versions. They
                 # live as long as what the Function saved (a marker saved carries them), not as long as the graph.
                 held = _hold(args, higher_order)
-                ctx.held_versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in held]
+                # (An inference tensor has no counter: eager's saved one is never checked either.)
+                ctx.held_versions = [version(t) if isinstance(t, torch.Tensor) else 0 for t in held]
                 ctx.held_strongly = held if _saved_tensor_hooks_active() else None
                 lifetime.append(_held_lifetime(held))
             # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
