@@ -122,6 +122,21 @@ class _CallingConvention:
         return tree_unflatten(out_leaves, spec)
 
 
+@contextlib.contextmanager
+def _reseeded(reseed: tuple[int, bool] | None) -> Iterator[None]:
+    """Seed torch's global generator as the function does before its draws, and put the caller's state back
+    after them if it does (``ViewAndMutationMeta.reseed``)."""
+    assert reseed is not None
+    seed, restores = reseed
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        if restores:
+            torch.random.set_rng_state(state)
+
+
 class AOTFunction:
     """A function compiled ahead of time, one compiled entry per input signature.
 
@@ -211,15 +226,17 @@ class AOTFunction:
             entry, convention = found
         runtime = entry.reference_runtime if self._reference else entry.runtime
         assert runtime is not None
-        guardable = isinstance(structure, int) and not dynamic and not entry.offset_guard
+        # A function seeding the global generator is seeded around each call: not on the generated fast path.
+        guardable = isinstance(structure, int) and not dynamic and not entry.offset_guard and entry.meta.reseed is None
         if guardable and not self._reference and entry.emit is not None:
             # The next call tries this entry's guarded generated function first.
             self._fast = self._fast_function(key, entry, convention, leaves)
-        if entry.dynamic_positions:
-            # Views the layers replay take this call's sizes where the trace had symbols.
-            outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
-        else:
-            outs = runtime(tensors)
+        with _reseeded(entry.meta.reseed) if entry.meta.reseed is not None else contextlib.nullcontext():
+            if entry.dynamic_positions:
+                # Views the layers replay take this call's sizes where the trace had symbols.
+                outs = symbolic.run_with_sizes([leaves[p] for p in entry.dynamic_positions], runtime, tensors)
+            else:
+                outs = runtime(tensors)
         if convention.exit_grad_mode is not None:
             torch.set_grad_enabled(convention.exit_grad_mode)
         return convention.rebuild(outs)
@@ -371,7 +388,8 @@ class AOTFunction:
         records no built-in op and only autograd.Functions record. The compiled call itself
         runs in the caller's inference mode.
         """
-        with logs.silenced(not self.config.enable_log):
+        # A function seeding the global generator seeds it again at each trace: the caller's state is put back.
+        with logs.silenced(not self.config.enable_log), torch.random.fork_rng(devices=[]):
             if not torch.is_inference_mode_enabled():
                 return self._compile(args, kwargs, key, dynamic)
             token = CALLER_IN_INFERENCE_MODE.set(True)

@@ -900,7 +900,7 @@ def collect_meta(
         watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            hooks, reseeds = saved_tensor_hooks_suspended(), _RefusingReseeds()
+            hooks, reseeds = saved_tensor_hooks_suspended(), _Reseeds()
             with hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh, reseeds:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
@@ -1161,7 +1161,12 @@ def collect_meta(
             # Through fresh views: autograd's record of a view whose geometry changed is stale on fakes.
             backward_error = _eager_backward_error([fresh_views.fresh(out) for out in outs], fakes)
     return ViewAndMutationMeta(
-        tuple(input_info), tuple(output_info), tuple(intermediate_bases), backward_error, needs_fresh_views
+        tuple(input_info),
+        tuple(output_info),
+        tuple(intermediate_bases),
+        backward_error,
+        needs_fresh_views,
+        reseeds.found,
     )
 
 
@@ -1247,37 +1252,67 @@ def _nothing() -> Iterator[None]:
 
 
 _RESEEDED = (
-    "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...): eager does it "
-    "at every call, a compiled graph would not. Seed outside the compiled function."
+    "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...) other than by "
+    "one seed before all its draws: eager's draws depend on where, which a compiled graph does not keep. Seed "
+    "once before the draws, or outside the compiled function."
 )
 
 
-class _RefusingReseeds(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Refuse a function that sets torch's global random state (``torch.manual_seed`` inside it, put back
-    or not): eager sets it at every call, the compiled graph would draw from wherever the caller's generator
-    is. Draws on fakes leave the real generator alone, so a change is the function's: seen at a draw from
-    the default generator (by its seed) or at the end (by its state); the caller's state is put back."""
+def _seeded_state(seed: int) -> torch.Tensor:
+    return torch.Generator().manual_seed(seed).get_state()
+
+
+class _Reseeds(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """How the function sets torch's global random state: ``found`` is ``(seed, restores)`` where it seeds the
+    generator once before all its draws (and puts the caller's state back after them, or not), for the runtime
+    to do around each call as eager does at each; any other change is refused. Draws on fakes leave the real
+    generator alone, so at each draw it holds what the function set; the caller's state is put back."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.state, self.seed = torch.random.get_rng_state(), torch.initial_seed()
+        self.seen: list[tuple[int, torch.Tensor]] = []  # (seed, state) at each draw the function reseeded
+        self.unseeded_draws = False
+        self.found: tuple[int, bool] | None = None
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
-        if exc[0] is None:
-            with _disable_current_modes():  # the fake mode below is still active
-                if not torch.equal(torch.random.get_rng_state(), self.state):
-                    self._refuse()
+        with _disable_current_modes():  # the fake mode below is still active
+            final, seed = torch.random.get_rng_state(), torch.initial_seed()
+            torch.random.set_rng_state(self.state)
+            if exc[0] is None:
+                self._judge(final, seed)
 
-    def _refuse(self) -> None:
-        torch.random.set_rng_state(self.state)
-        raise UnsupportedOperatorError(_RESEEDED)
+    def _judge(self, final: torch.Tensor, seed: int) -> None:
+        restored = torch.equal(final, self.state)
+        if not self.seen:
+            if not restored:  # seeded with no draw after it: the same as seeding before them, if there are none
+                if self.unseeded_draws:
+                    raise UnsupportedOperatorError(_RESEEDED)
+                self.found = self._one_seed(seed, final, restores=False)
+            return
+        first_seed, first_state = self.seen[0]
+        if self.unseeded_draws or any(not torch.equal(state, first_state) for _, state in self.seen):
+            raise UnsupportedOperatorError(_RESEEDED)
+        if not restored and not torch.equal(final, first_state):
+            raise UnsupportedOperatorError(_RESEEDED)
+        self.found = self._one_seed(first_seed, first_state, restores=restored)
+
+    @staticmethod
+    def _one_seed(seed: int, state: torch.Tensor, restores: bool) -> tuple[int, bool]:
+        if not torch.equal(state, _seeded_state(seed)):
+            raise UnsupportedOperatorError(_RESEEDED)  # a state set otherwise (set_rng_state)
+        return seed, restores
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        seeded = torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None
-        if seeded and torch.initial_seed() != self.seed:
-            self._refuse()
+        if torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None:
+            with _disable_current_modes():
+                state, seed = torch.random.get_rng_state(), torch.initial_seed()
+                if torch.equal(state, self.state) and seed == self.seed:
+                    self.unseeded_draws = True
+                else:
+                    self.seen.append((seed, state))
         return func(*args, **kwargs)
 
 

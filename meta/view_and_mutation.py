@@ -337,6 +337,10 @@ class ViewAndMutationMeta:
     backward_error: str | None = None
     # The program changes geometry in place: trace it under ``meta.collect.FreshViews``.
     fresh_views: bool = False
+    # ``(seed, restores)``: the program seeds torch's global generator (``torch.manual_seed(seed)``) before its
+    # first draw and, if ``restores``, puts the caller's state back after its last (OpInfo's
+    # ``wrapper_set_seed``): eager does it at every call, so the runtime does it around each call.
+    reseed: tuple[int, bool] | None = None
 
     def __post_init__(self) -> None:
         num_inputs, num_outputs = len(self.input_info), len(self.output_info)

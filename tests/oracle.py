@@ -47,13 +47,19 @@ AUTOCAST_RTOL = AUTOCAST_ATOL = 1e-2
 
 
 def assert_close(
-    actual: Any, expected: Any, *, model: bool = False, grad: bool = False, msg: str | None = None
+    actual: Any,
+    expected: Any,
+    *,
+    model: bool = False,
+    grad: bool = False,
+    msg: str | None = None,
+    equal_nan: bool = False,
 ) -> None:
     """``actual`` equals ``expected`` within the oracle's tolerance for one function's (or a whole
-    ``model``'s) values, or their gradients."""
+    ``model``'s) values, or their gradients; ``equal_nan``: a NaN where eager has one matches."""
     rtol, atol = (MODEL_RTOL, MODEL_ATOL) if model else (RTOL, ATOL)
     factor = GRAD_FACTOR if grad else 1
-    torch.testing.assert_close(actual, expected, rtol=rtol * factor, atol=atol * factor, msg=msg)
+    torch.testing.assert_close(actual, expected, rtol=rtol * factor, atol=atol * factor, msg=msg, equal_nan=equal_nan)
 
 
 def params_with_known_wrong(names: Any, known_wrong: dict[tuple[str, str], str], mode: str) -> list[Any]:

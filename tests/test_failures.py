@@ -13,7 +13,7 @@ from torch import nn
 
 import aot
 from aot.errors import BackendCompilerError, DataDependentError, UnsupportedOperatorError
-from tests.oracle import check
+from tests.oracle import assert_close, check
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -118,15 +118,39 @@ def _seeding_after_the_draw(p):
     return out
 
 
-@pytest.mark.parametrize("f", [_seeding, _seeding_and_putting_back, _seeding_after_the_draw])
-def test_function_seeding_the_global_generator_is_refused_and_the_callers_state_kept(f):
-    # Eager sets the generator at every call; a compiled graph would draw from the caller's state.
+def _seeding_twice(p):
+    torch.manual_seed(42)
+    out = torch.bernoulli(p)
+    torch.manual_seed(7)
+    return out * torch.bernoulli(p)
+
+
+@pytest.mark.parametrize("f", [_seeding_after_the_draw, _seeding_twice])
+def test_function_seeding_the_global_generator_between_draws_is_refused_and_the_callers_state_kept(f):
+    # Eager's draws depend on where the seed falls among them; the compiled graph keeps no such place.
     p = torch.rand(3, requires_grad=True)
     torch.manual_seed(1)
     state = torch.random.get_rng_state()
     with pytest.raises(UnsupportedOperatorError, match="global random state"):
         aot.aot_function(f, aot.nop)(p)
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("f", [_seeding, _seeding_and_putting_back])
+def test_function_seeding_the_global_generator_before_its_draws_runs_as_eager(f):
+    # Eager seeds at every call (OpInfo's wrapper_set_seed): the compiled call does too, and puts the
+    # caller's state back where the function does; compiling leaves the caller's state alone.
+    compiled = aot.aot_function(f, aot.nop)
+    p = torch.rand(3, requires_grad=True)
+    results = []
+    for fn in (f, compiled, compiled):
+        torch.manual_seed(1)
+        before = torch.random.get_rng_state()
+        out = fn(p)
+        out.sum().backward()
+        results.append((out.detach(), torch.random.get_rng_state(), torch.equal(torch.random.get_rng_state(), before)))
+    assert_close(results[1], results[0])
+    assert_close(results[2], results[0])
 
 
 def test_op_without_fake_kernel_whose_real_fallback_fails_names_the_op():

@@ -129,6 +129,23 @@ def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
             )
 
 
+_HELD = "_aot_held"
+
+
+def _held_lifetime(held: list[Any]) -> torch.Tensor:
+    """An empty tensor carrying ``held``, to save for backward: autograd frees what it saved after the
+    backward (unless ``retain_graph``), and the held primals go with it, as eager's saved tensors do."""
+    with torch.inference_mode(False):
+        marker = torch.empty(0)
+    setattr(marker, _HELD, held)
+    return marker
+
+
+def _saved_tensor_hooks_active() -> bool:
+    """The caller packs saved tensors (offloading, checkpointing): a packed marker may lose what it carries."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
+
+
 class _NoDerivative(torch.autograd.Function):
     """Gradients computed without history, given the history of ``edges``; their backward raises ``error``
     again, as its type (never zeros, never a silently missing edge)."""
@@ -199,18 +216,22 @@ def make_training_runtime(
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
             saved = _saveable(saved)
+            lifetime: list[torch.Tensor] = []
+            if higher_order is not None:
+                # Held, not saved: the first-order backward does not read them, so it checks no versions. They
+                # live as long as what the Function saved (a marker saved carries them), not as long as the graph.
+                held = _hold(args, higher_order)
+                # (An inference tensor has no counter: eager's saved one is never checked either.)
+                ctx.held_versions = [version(t) if isinstance(t, torch.Tensor) else 0 for t in held]
+                ctx.held_strongly = held if _saved_tensor_hooks_active() else None
+                lifetime.append(_held_lifetime(held))
             # Sizes the backward needs (symbolic in the graphs) come back as ints: held, not saved.
             if all(isinstance(v, _TENSOR_OR_NONE) for v in saved):
                 ctx.saved_sizes = ()
-                ctx.save_for_backward(*saved)
+                ctx.save_for_backward(*saved, *lifetime)
             else:
                 ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, _TENSOR_OR_NONE)]
-                ctx.save_for_backward(*(v for v in saved if isinstance(v, _TENSOR_OR_NONE)))
-            if higher_order is not None:
-                # Held, not saved: the first-order backward does not read them, so it checks no versions.
-                ctx.held = _hold(args, higher_order)
-                # (An inference tensor has no counter: eager's saved one is never checked either.)
-                ctx.held_versions = [version(t) if isinstance(t, torch.Tensor) else 0 for t in ctx.held]
+                ctx.save_for_backward(*(v for v in saved if isinstance(v, _TENSOR_OR_NONE)), *lifetime)
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
             # forward saves those; these are only where the backward's writes land.
             ctx.written_primals = [args[p] for p in written_primals] if written_primals else ()
@@ -224,6 +245,10 @@ def make_training_runtime(
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
             saved = ctx.saved_tensors
+            held: list[Any] = []
+            if higher_order is not None:
+                *saved, marker = saved
+                held = ctx.held_strongly if ctx.held_strongly is not None else getattr(marker, _HELD)
             if ctx.saved_sizes:
                 saved = list(saved)
             for position, size in ctx.saved_sizes:
@@ -233,17 +258,17 @@ def make_training_runtime(
             if (
                 higher_order is not None
                 and torch.is_grad_enabled()
-                and any(isinstance(t, torch.Tensor) and t.requires_grad for t in [*ctx.held, *tangents])
+                and any(isinstance(t, torch.Tensor) and t.requires_grad for t in [*held, *tangents])
             ):
                 # create_graph=True: gradients with history, back to the primals and the tangents.
-                _check_versions(ctx.held, ctx.held_versions)
+                _check_versions(held, ctx.held_versions)
                 compiled = higher_order_fn()
                 if isinstance(compiled, DoubleBackwardError):
                     refused = compiled
                 else:
                     fn, fed = compiled
                     try:
-                        return tuple(fn(*ctx.held, *(saved[k] for k in fed), *tangents))
+                        return tuple(fn(*held, *(saved[k] for k in fed), *tangents))
                     except RuntimeError as error:
                         if missing_derivative(error) is None:
                             raise
@@ -269,7 +294,7 @@ def make_training_runtime(
             grads = tuple(results[:num_primals])
             if refused is not None:
                 # No derivative to give: the first-order gradients, whose own backward raises why.
-                edges = [t for t in [*ctx.held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
+                edges = [t for t in [*held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
                 return _NoDerivative.apply(refused, list(grads), *edges)  # type: ignore[no-untyped-call]
             return grads
 

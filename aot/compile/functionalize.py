@@ -69,6 +69,7 @@ FUNCTIONAL_RULES: dict[OpOverload, OpOverload] = {
     # Training-mode batch norm writes running_mean/running_var; the functional twin returns their new values.
     aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
     aten._native_batch_norm_legit.default: aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default: aten._batch_norm_with_update_functional.default,
     # rrelu writes the noise it draws (and self, for the in-place one): the twin returns it as noise_out.
     aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
     aten.rrelu_with_noise_.default: aten.rrelu_with_noise_functional.default,

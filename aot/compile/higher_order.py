@@ -21,6 +21,7 @@ recomputed from a draw the forward did not save is refused.
 from __future__ import annotations
 
 import contextvars
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +29,13 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table
 from torch._prims.rng_prims import run_and_save_rng_state
+from torch.utils._python_dispatch import _disable_current_modes
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
+from aot.compile.history_stops import DETACHED_READS
 from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
@@ -80,15 +84,48 @@ def _values_read(node: fx.Node) -> set[fx.Node]:
 
 
 def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
-    """Saved values computed from a random draw and from no primal's values: passed as saved, not drawn again."""
+    """Saved values passed as saved, not computed again: those computed from a random draw and from no primal's
+    values (not drawn again), integer ones (indices a draw chose, say) and a draw's outputs without a
+    derivative (rrelu's noise), which have no history to carry."""
     primals = set(_placeholders(forward))
     fed = set()
     for node in saved:
         if isinstance(node, fx.Node) and node not in primals:
             read = _values_read(node)
-            if any(_draws(n) for n in read) and not read & primals:
+            drawn_only = any(_draws(n) for n in read) and not read & primals
+            if drawn_only or _integral(node) or _drawn_without_derivative(node):
                 fed.add(node)
     return fed
+
+
+def _drawn_without_derivative(node: fx.Node) -> bool:
+    """An output of a random op that has no derivative (rrelu's noise): passed as saved, its draw kept."""
+    if node.target is not operator.getitem or not isinstance(source := node.args[0], fx.Node) or not _draws(source):
+        return False
+    op = source.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+
+    def on_meta(value: Any) -> Any:
+        if isinstance(value, fx.Node):
+            value = value.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return value
+        meta = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        return meta.requires_grad_(meta.is_floating_point() or meta.is_complex())
+
+    try:
+        with _disable_current_modes(), torch.enable_grad():
+            args, kwargs = pytree.tree_map(on_meta, (source.args, source.kwargs))
+            out = op(*args, **kwargs)
+        return not out[node.args[1]].requires_grad
+    except Exception:
+        return False  # not judged: recomputed (or refused) as before
+
+
+def _integral(node: fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
 def _recomputed(forward: fx.GraphModule, num_outputs: int) -> tuple[list[Any], set[fx.Node], set[fx.Node]]:
@@ -159,9 +196,87 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     grads = output_values(backward)[: len(primals)]
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
+    _solve_with_matrix(graph)
     graph.eliminate_dead_code()
     graph.lint()
     return HigherOrderPlan(fx.GraphModule(root, graph, "BackwardAsFunction"), held, fed_positions)
+
+
+# Factorizations whose LU and pivots outputs have no derivative: the op, the positions of LU and pivots, and
+# whether torch's kernel factors ``A.mT`` where ``A`` is contiguous and real (a copy saved; det(A.mT) = det(A)).
+# tests/test_double_backward.py checks these against the kernels.
+FACTORIZATIONS = {
+    _aten._linalg_solve_ex.default: (1, 2, False),
+    _aten._linalg_slogdet.default: (2, 3, True),
+    _aten._linalg_det.default: (1, 2, True),
+}
+
+
+def _factorization(lu: Any) -> fx.Node | None:
+    """The factorization whose LU output ``lu`` is (through ``_undetached``), if any. (Its pivots, integers,
+    may be fed to the higher-order backward as saved: they have no derivative.)"""
+    lu = _undetached(lu)
+    if not isinstance(lu, fx.Node) or lu.target is not operator.getitem:
+        return None
+    source = lu.args[0]
+    assert isinstance(source, fx.Node)
+    found = FACTORIZATIONS.get(source.target)  # type: ignore[call-overload]
+    return source if found is not None and found[0] == lu.args[1] else None
+
+
+def _undetached(value: Any) -> Any:
+    """``value`` read through ``detach()`` or, for an LU, perturbed where its pivots are zero (``det``'s
+    backward does so to stay finite on singular matrices; a nonsingular matrix has none)."""
+    while isinstance(value, fx.Node):
+        if value.target is _aten.detach.default:
+            value = value.args[0]
+        elif value.target is _aten.add.Tensor and _computed_only_from(value.args[1], value.args[0]):
+            value = value.args[0]
+        else:
+            return value
+    return value
+
+
+def _computed_only_from(value: Any, source: Any) -> bool:
+    """``value`` is a node computed from ``source`` and constants only."""
+    if not isinstance(value, fx.Node) or not isinstance(source, fx.Node):
+        return False
+    stack, seen = [value], set()
+    while stack:
+        node = stack.pop()
+        if node is source or node in seen:
+            continue
+        seen.add(node)
+        if node.op != "call_function":
+            return False
+        stack.extend(node.all_input_nodes)
+    return source in {n for node in seen for n in node.all_input_nodes}
+
+
+def _factored_matrix(a: torch.Tensor, transposes_contiguous: bool, adjoint: bool) -> torch.Tensor:
+    """The matrix a ``linalg_lu_solve`` with ``adjoint`` solves with, given the LU a factorization made of ``a``."""
+    factored = a.mT if transposes_contiguous and a.is_contiguous() and not a.is_complex() else a
+    return factored.mH if adjoint else factored
+
+
+def _solve_with_matrix(graph: fx.Graph) -> None:
+    """A first-order backward's ``linalg_lu_solve`` with the LU of a forward factorization becomes ``linalg_solve``
+    with the matrix itself, as eager's backward computes it with grad mode on (that LU has no derivative)."""
+    for node in list(graph.nodes):
+        if node.target is not _aten.linalg_lu_solve.default:
+            continue
+        lu, _, rhs = node.args
+        factorization = _factorization(lu)
+        if factorization is None:
+            continue
+        with graph.inserting_before(node):
+            transposes = FACTORIZATIONS[factorization.target][2]  # type: ignore[index]
+            adjoint = node.kwargs.get("adjoint", False)
+            matrix = graph.call_function(_factored_matrix, (factorization.args[0], transposes, adjoint))
+            left = node.kwargs.get("left", True)
+            solve = graph.call_function(_aten.linalg_solve.default, (matrix, rhs), {"left": left})
+        node.replace_all_uses_with(solve)
+        graph.erase_node(node)
 
 
 def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
@@ -185,11 +300,25 @@ def _copy_nodes(
         if node not in nodes or node in env or node.op in ("placeholder", "output"):
             continue
         copied = graph.node_copy(node, lambda arg: env[arg])
+        _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()))
         if node.op == "get_attr":
             name = f"{side}_{node.target}".replace(".", "_")
             setattr(root, name, _attr(gm, str(node.target)))
             copied.target = name
         env[node] = copied
+
+
+def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int]) -> None:
+    """Read the arguments at ``positions`` (leaves of ``(args, kwargs)``) through ``detach()``, as eager did."""
+    if not positions:
+        return
+    leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+    with graph.inserting_before(node):
+        leaves = [
+            graph.call_function(_aten.detach.default, (leaf,)) if i in positions else leaf
+            for i, leaf in enumerate(leaves)
+        ]
+    node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
 
 
 def _attr(gm: fx.GraphModule, target: str) -> Any:

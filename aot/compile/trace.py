@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
 from aot.compile.functionalize import functionalize
+from aot.compile.history_stops import HistoryStops, note_detached_reads
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
@@ -204,13 +205,16 @@ def _trace_joint_once(
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
+        history_stops = HistoryStops()
         with (
             torch.set_grad_enabled(grad_mode),
             _flag_sets_as_eager(),
             _geometry_changes(meta, fresh_views, primal_args),
             regenerated if regenerated is not None else contextlib.nullcontext(),
+            history_stops,
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
+        history_stops.mark()
         if regenerated is not None:
             outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
         backward_writes.outputs = outs
@@ -404,6 +408,7 @@ def _finish(
     out_descs = out_descs + [InputWrite(i, names[i]) for i in gm.meta["mutated_inputs"]]
     graph = gm.graph
     # After functionalization: before it, a detached alias is another tensor whose geometry may change.
+    note_detached_reads(graph)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
             node.replace_all_uses_with(node.args[0])
