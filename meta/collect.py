@@ -572,9 +572,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # A set_() leaves its target's memory: where the target sat in it no longer matters.
             used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
             self._note_storage_use(func, used)
-        if self._grad_leaves and records():
-            self._note_grad_use([*args, *kwargs.values()])
         out = func(*args, **kwargs)
+        if self._grad_leaves and records() and _recorded_by_autograd(func, out):
+            self._note_grad_use([*args, *kwargs.values()])
         self._storage_owners.note([out])
         if set_from is not None and first is not None:
             self._refuse_set_of_input_with_history(func, first, set_from)
@@ -805,6 +805,15 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 break
             node = node.parent
         return node.tensor
+
+
+def _recorded_by_autograd(func: Any, out: Any) -> bool:
+    """Whether eager's autograd records a node for ``func`` (and so makes its inputs' gradient accumulators):
+    not for ``detach`` (``.data`` too), nor for an op whose outputs cannot carry a gradient (integers, bools)."""
+    if func is _aten.detach.default:
+        return False
+    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return any(t.is_floating_point() or t.is_complex() for t in outs)
 
 
 def _resize_to_own_size(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:

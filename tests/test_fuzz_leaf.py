@@ -68,7 +68,19 @@ def _sin_then_t_then_view(a0):
     return (v0, a0[0] * 3, a0.exp())
 
 
+# Program 13 of seed 20: ``.data`` (and ``detach()``) of a leaf under grad mode is no use autograd records, so
+# eager's gradient accumulator is made at the first real use, after the restride, in the new geometry.
+def _data_restrided_in_grad_mode_then_t(a0):
+    with torch.enable_grad():
+        a0.data.unsqueeze_(0)
+        a0.detach().unsqueeze_(0)
+        with torch.no_grad():
+            a0.t_()
+    return (a0.sum() * 2,)
+
+
 CASES = {
+    "data_restrided_in_grad_mode_then_t": (_data_restrided_in_grad_mode_then_t, lambda: _leaf(3, 4)),
     "autocast_matmul_then_t": (_autocast_matmul_then_t, lambda: _leaf(2, 2)),
     "matmul_then_t": (_matmul_then_t, lambda: _leaf(2, 2)),
     "used_then_unsqueezed": (_used_then_unsqueezed, lambda: _leaf(2, 4)),
