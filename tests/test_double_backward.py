@@ -369,10 +369,26 @@ def test_solves_with_the_matrix_as_eager_under_grad_mode(left: bool, contiguous:
     check_orders(f, (a.detach().add(4 * torch.eye(4)).requires_grad_(), b), order=3)
 
 
-def test_determinant_second_order_solves_with_the_matrix() -> None:
-    """det's backward solves with its LU perturbed on zero pivots; eager's under grad mode with the matrix."""
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_determinant_solves_with_the_matrix(order: int, contiguous: bool) -> None:
+    """det's backward solves with its LU perturbed on zero pivots; eager's under grad mode with the matrix. At the
+    third order the LU is a value the second-order function's forward made without history: the perturbation
+    and the solve must read the one detached LU for the rewrite to see ``LU + perturbation(LU)`` (the solve
+    kept the LU, without derivative, and the third derivative lost its terms through the matrix)."""
+
+    def f(a: torch.Tensor) -> Any:
+        a = a if contiguous else a.mT
+        return torch.linalg.det(a), torch.linalg.det(a[:2, :2] + a[2:, 2:])
+
     a = seeded((4, 4))[0].detach().add(4 * torch.eye(4)).requires_grad_()
-    check_orders(torch.linalg.det, (a,), order=2)
+    check_orders(f, (a,), order=order)
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.inv, torch.logdet, lambda a: torch.linalg.slogdet(a)[1]])
+def test_lu_based_ops_third_order(fn: Callable[..., Any]) -> None:
+    a = seeded((2, 3, 3))[0].detach().add(3 * torch.eye(3)).requires_grad_()
+    check_orders(fn, (a,), order=3)
 
 
 def test_factorizations_factor_the_matrix_the_higher_order_backward_assumes() -> None:

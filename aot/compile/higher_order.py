@@ -183,7 +183,8 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     fed_positions = [k for k, node in enumerate(saved) if node in fed]
     for k in fed_positions:
         env[saved[k]] = _placeholder(graph, saved[k], Saved(saved[k].name))
-    _copy_nodes(graph, root, forward, needed, env, "forward")
+    detached: dict[fx.Node, fx.Node] = {}
+    _copy_nodes(graph, root, forward, needed, env, detached, "forward")
 
     backward_inputs = _placeholders(backward)
     for k, node in enumerate(backward_inputs):
@@ -192,7 +193,7 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
             env[node] = env[value] if isinstance(value, fx.Node) else value
         else:
             env[node] = _placeholder(graph, node)
-    _copy_nodes(graph, root, backward, set(backward.graph.nodes), env, "backward")
+    _copy_nodes(graph, root, backward, set(backward.graph.nodes), env, detached, "backward")
     grads = output_values(backward)[: len(primals)]
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
@@ -293,14 +294,16 @@ def _copy_nodes(
     gm: fx.GraphModule,
     nodes: set[fx.Node],
     env: dict[fx.Node, fx.Node],
+    detached: dict[fx.Node, fx.Node],
     side: str,
 ) -> None:
-    """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side."""
+    """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side. ``detached``:
+    the values read through ``detach()`` so far, and their detached copies."""
     for node in gm.graph.nodes:
         if node not in nodes or node in env or node.op in ("placeholder", "output"):
             continue
         copied = graph.node_copy(node, lambda arg: env[arg])
-        _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()))
+        _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()), detached)
         if node.op == "get_attr":
             name = f"{side}_{node.target}".replace(".", "_")
             setattr(root, name, _attr(gm, str(node.target)))
@@ -308,16 +311,20 @@ def _copy_nodes(
         env[node] = copied
 
 
-def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int]) -> None:
-    """Read the arguments at ``positions`` (leaves of ``(args, kwargs)``) through ``detach()``, as eager did."""
+def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int], detached: dict[fx.Node, fx.Node]) -> None:
+    """Read the arguments at ``positions`` (leaves of ``(args, kwargs)``) through ``detach()``, as eager did.
+
+    A value is detached once, its readers sharing the copy, as eager's readers share the one tensor without
+    history: the LU solve rewrite recognizes ``LU + perturbation(LU)`` only where both read the same node.
+    """
     if not positions:
         return
     leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
-    with graph.inserting_before(node):
-        leaves = [
-            graph.call_function(_aten.detach.default, (leaf,)) if i in positions else leaf
-            for i, leaf in enumerate(leaves)
-        ]
+    for i in positions:
+        if leaves[i] not in detached:
+            with graph.inserting_before(node):  # before its first reader: the later ones come after it
+                detached[leaves[i]] = graph.call_function(_aten.detach.default, (leaves[i],))
+        leaves[i] = detached[leaves[i]]
     node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
 
 
