@@ -1354,9 +1354,10 @@ def _replay_gives_eagers_autograd(
 
     ``untracked``: ``root`` is an input the function called ``requires_grad_()`` on, whose views without
     history (taken before it) the layers replay under no_grad (``MetadataMutation``'s ``untracked_view``)."""
-    if untracked and (not out.requires_grad or out.is_leaf):
-        chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in chain)
     try:
+        # (``is_leaf`` of a view made in inference mode whose base was written outside it raises, as eager's would.)
+        if untracked and (not out.requires_grad or out.is_leaf):
+            chain = tuple(dataclasses.replace(step, grad_enabled=False) for step in chain)
         with fake_mode:
             replayed = replay_views(root, chain)
     except Exception:

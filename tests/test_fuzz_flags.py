@@ -166,7 +166,22 @@ def _column_and_strided_block():
     return (s0[5:17].view(3, 4)[:, 1], s0[4:16].view(3, 4)[:, ::2])
 
 
+# Program 2335 of seed 20: requires_grad_() on a non-leaf input, a view of it, then a write: under the caller's
+# inference mode the view's history cannot be asked for (eager raises only when it is), and collecting the meta
+# must not ask.
+def _requires_grad_then_view_then_written(a0):
+    a0.requires_grad_()
+    v0 = a0.as_strided((4,), (1,), 19)
+    a0.index_fill_(-1, torch.tensor([0]), 2.0)
+    return (v0,)
+
+
+def _non_leaf_block():
+    return (_randn(2, 3, 4).requires_grad_() * 1,)
+
+
 CASES = {
+    "requires_grad_then_view_then_written": (_requires_grad_then_view_then_written, _non_leaf_block),
     "made_leaf_expanded_under_no_grad": (_made_leaf_expanded_under_no_grad, _column_and_strided_block),
     "made_leaf_then_no_grad_views_then_set": (_made_leaf_then_no_grad_views_then_set, _two_overlapping_blocks),
     "function_view_then_transposed": (_function_view_then_transposed, _expanded_leaf_column),
