@@ -105,14 +105,19 @@ def _log_rewrite(layer: Layer, outer: Stage, inner: Stage) -> None:
     )
 
 
-def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> Runtime:
-    """Run every layer's ``pre_compile`` outside-in, the core, then every ``post_compile`` inside-out."""
+def _pre_compile_all(layers: Sequence[Layer], stage: Stage) -> Stage:
+    """Every layer's ``pre_compile``, outside-in: the stage the core compiles."""
     for layer in layers:
         inner = layer.pre_compile(stage)
         if _log.isEnabledFor(logging.DEBUG):
             _log_rewrite(layer, stage, inner)
         stage = inner
-    runtime = core(stage)
+    return stage
+
+
+def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> Runtime:
+    """Run every layer's ``pre_compile`` outside-in, the core, then every ``post_compile`` inside-out."""
+    runtime = core(_pre_compile_all(layers, stage))
     for layer in reversed(layers):
         runtime = layer.post_compile(runtime)
     return runtime
@@ -125,12 +130,7 @@ def compile_generated(layers: Sequence[Layer], stage: Stage, core: CoreCompiler)
     ``post_compile``, whose plan it reads); a layer whose ``post_compile`` returned its inner runtime adds
     nothing; any other layer is called as its ``post_compile`` wraps the generated code of the layers below.
     """
-    for layer in layers:
-        inner = layer.pre_compile(stage)
-        if _log.isEnabledFor(logging.DEBUG):
-            _log_rewrite(layer, stage, inner)
-        stage = inner
-    runtime = core(stage)
+    runtime = core(_pre_compile_all(layers, stage))
     emit: Emitter = emitter_of(runtime)
     parts: list[str] = []
     for layer in reversed(layers):
