@@ -505,6 +505,31 @@ def test_held_inputs_die_with_the_saved_tensors_after_backward() -> None:
     assert alive[1] == alive[0] == [False, False]
 
 
+@pytest.mark.parametrize("retain", [False, True])
+def test_held_inputs_die_with_the_saved_tensors_under_saved_tensor_hooks(retain: bool) -> None:
+    """Under the caller's pack hooks the held primals are kept on the Function's context (a packed marker
+    may lose them): still freed when autograd frees the saved tensors, not when the graph dies; kept
+    while ``retain_graph`` keeps what was saved."""
+    import gc
+    import weakref
+
+    alive = []
+    for fn in (_scaled_exp, aot.aot_function(_scaled_exp, aot.nop)):
+        a = torch.randn(4, requires_grad=True)
+        x, c = a * 1, torch.randn(4)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
+            y = fn(x, c)
+        refs = [weakref.ref(x), weakref.ref(c)]
+        del x, c
+        torch.autograd.grad(y.sum(), a, retain_graph=retain)
+        gc.collect()
+        alive.append(refs[0]() is not None or refs[1]() is not None)
+        if retain:
+            (grad,) = torch.autograd.grad(y.sum(), a, create_graph=True)  # still has them
+            alive.append(grad.requires_grad)
+    assert alive == ([False, True, True, True] if retain else [False, False])
+
+
 def test_retained_graph_differentiated_twice() -> None:
     """``retain_graph=True`` keeps the held primals: a later ``create_graph`` backward still has them."""
     results = []

@@ -146,6 +146,22 @@ def _saved_tensor_hooks_active() -> bool:
     return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
 
 
+def _release_with_saved(ctx: Any) -> None:
+    """Drop ``ctx.held_strongly`` at the end of this backward if autograd freed what ctx saved (no
+    ``retain_graph``): the held primals die with the saved tensors, as eager's do, not with the graph."""
+
+    def release() -> None:
+        try:
+            ctx._raw_saved_tensors  # raises once freed; unpacks nothing (the caller's unpack hook not run)
+        except RuntimeError:
+            ctx.held_strongly = None
+
+    try:
+        torch.autograd.Variable._execution_engine.queue_callback(release)
+    except RuntimeError:
+        pass  # not run by the engine: nothing frees the saved tensors either
+
+
 class _NoDerivative(torch.autograd.Function):
     """Gradients computed without history, given the history of ``edges``; their backward raises ``error``
     again, as its type (never zeros, never a silently missing edge)."""
@@ -248,7 +264,11 @@ def make_training_runtime(
             held: list[Any] = []
             if higher_order is not None:
                 *saved, marker = saved
-                held = ctx.held_strongly if ctx.held_strongly is not None else getattr(marker, _HELD)
+                if ctx.held_strongly is not None:
+                    held = ctx.held_strongly
+                    _release_with_saved(ctx)
+                else:
+                    held = getattr(marker, _HELD)
             if ctx.saved_sizes:
                 saved = list(saved)
             for position, size in ctx.saved_sizes:
