@@ -152,7 +152,7 @@ def _release_with_saved(ctx: Any) -> None:
 
     def release() -> None:
         try:
-            ctx._raw_saved_tensors  # raises once freed; unpacks nothing (the caller's unpack hook not run)
+            _ = ctx._raw_saved_tensors  # raises once freed; unpacks nothing (the caller's unpack hook not run)
         except RuntimeError:
             ctx.held_strongly = None
 
