@@ -61,7 +61,10 @@ def has_version_counter(tensor: torch.Tensor) -> bool:
 
 
 def storage_key(tensor: torch.Tensor) -> int:
-    """An id of the tensor's storage: equal for tensors that share memory."""
+    """An id of the tensor's storage: equal for tensors that share memory. A sparse COO tensor's memory is its
+    values' (and indices'): keyed by its values."""
+    if tensor.layout == torch.sparse_coo:
+        return storage_key(tensor._values())
     return int(tensor.untyped_storage()._cdata)
 
 

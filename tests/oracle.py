@@ -170,6 +170,8 @@ def _tensor_leaves(tree: Any) -> list[torch.Tensor]:
 
 
 def _storage(t: torch.Tensor) -> int:
+    if t.layout == torch.sparse_coo:  # no storage of its own: its memory is its values'
+        return _storage(t._values())
     return int(t.untyped_storage()._cdata)
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import aot
 from aot.demo import Block, GPTConfig
-from tests.oracle import assert_close, clone_args, derivatives
+from tests.oracle import assert_close, check, clone_args, derivatives
 
 
 def seeded(*shapes: tuple[int, ...], requires_grad: bool = True, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -554,3 +554,30 @@ def test_double_backward_under_saved_tensor_hooks() -> None:
         grad.pow(2).sum().backward()
         results.append((grad.detach(), x.grad, c.grad))
     assert_close(results[1], results[0], grad=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Sparse outputs
+
+
+def _sparse_then_dense(x: torch.Tensor) -> torch.Tensor:
+    return (x.to_sparse() * 2).to_dense().sin()
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_sparse_coo_output(order: int) -> None:
+    """A sparse COO output has no storage of its own (its memory is its values'): the metadata collection keys
+    it by its values' storage rather than failing on it, and its derivatives are eager's."""
+    (x,) = seeded((3, 3))
+    check(torch.Tensor.to_sparse, [x])
+    check_orders(torch.Tensor.to_sparse, [x], order)
+
+
+def test_sparse_coo_intermediate_third_order_raises_as_eager() -> None:
+    """Through a sparse intermediate eager's third derivative raises (``_sparse_mask_projection`` has none);
+    compiled raises it too, and agrees up to the second."""
+    (x,) = seeded((3, 3))
+    check_orders(_sparse_then_dense, [x], 2)
+    for fn in (_sparse_then_dense, aot.aot_function(_sparse_then_dense, aot.nop)):
+        with pytest.raises(RuntimeError, match="_sparse_mask_projection is not implemented"):
+            derivatives(fn, clone_args([x]), 3)
