@@ -405,6 +405,8 @@ class _MovedHistories(TorchFunctionMode):
             return value
         for alias, leaf, is_leaf in self._moved.values():
             if is_leaf and value is not alias and value._base is view_root(alias):
+                if value.dtype != alias.dtype:
+                    return value  # a view of another dtype: eager replays its view ops on the leaf, as fakes do
                 moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
                 offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
                 return moved.as_strided(value.shape, value.stride(), offset)  # type: ignore[no-any-return]
