@@ -60,3 +60,65 @@ DTYPE_VIEW_OF_MOVED_LEAF = {
 @pytest.mark.parametrize("name", sorted(DTYPE_VIEW_OF_MOVED_LEAF))
 def test_dtype_view_of_moved_leaf(name, mode):
     check_in_mode(*DTYPE_VIEW_OF_MOVED_LEAF[name], mode)
+
+
+# Class 3: set_() of inputs onto each other's memory, where a source is moved itself later: each input ends
+# in the memory its source had when its set_() ran, not where the source went after.
+def _onto_input_then_source_to_fresh(a0, a1):
+    a1.set_(a0)
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    a1.data.add_(1)
+    return (a0, a1 * 2)
+
+
+def _swap_storages(a0, a1):
+    old = a1.detach()
+    a1.set_(a0.detach())
+    a0.set_(old)
+    return (a0 + 1, a1)
+
+
+def _chain_then_source_moves(a0, a1, a2):
+    a2.set_(a1.detach())
+    a1.set_(a0.detach())
+    a0.set_(a0.detach() * 3)
+    return (a0, a1, a2)
+
+
+def _view_before_moves_written_through_data(a0, a1):
+    a1.set_(a0)
+    v0 = a0.as_strided((2, 2), (2, 1), 0)
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    with torch.set_grad_enabled(False):
+        a1.data.add_(1)
+    v1 = torch.view_as_complex(v0)
+    torch.mul(v1, v1, out=v1.data)
+    return (a0, sum(t.real.sum() for t in (a0, a1, v0, v1)))
+
+
+def _leaf_and_view():
+    g = _gen()
+    i0 = torch.randn(5, generator=g).requires_grad_()
+    i1 = (torch.randn(3, 3, generator=g).requires_grad_() * 1).t()
+    return (i0, i1)
+
+
+def _plain(*shapes):
+    return lambda: tuple(torch.randn(*shape, generator=_gen()) for shape in shapes)
+
+
+SOURCE_MOVED_LATER = {
+    "onto_input_then_source_to_fresh": (_onto_input_then_source_to_fresh, _plain((5,), (3, 3))),
+    "onto_input_then_source_to_fresh_grad": (_onto_input_then_source_to_fresh, _leaf_and_view),
+    "swap_storages": (_swap_storages, _plain((5,), (2, 3))),
+    "chain_then_source_moves": (_chain_then_source_moves, _plain((4,), (2, 2), (3,))),
+    "view_before_moves_written_through_data": (_view_before_moves_written_through_data, _leaf_and_view),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SOURCE_MOVED_LATER))
+def test_set_source_moved_later(name, mode):
+    check_in_mode(*SOURCE_MOVED_LATER[name], mode)

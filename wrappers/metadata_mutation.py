@@ -281,19 +281,15 @@ class MetadataMutation:
                 return None if info.after_set else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
+            # Each set_() takes its source's memory as the call left it, though the loop below may move that
+            # source first (``a1.set_(a0)`` then ``a0.set_(a0.clone())``): read them all before it runs.
+            sources = [_set_source(info, args, outs) for _, info in final]
             retaken = []  # views whose history eager takes again in their final geometry
-            for target, (arg_idx, info), geometry in zip(targets, final, geometries, strict=True):
+            for target, (arg_idx, info), geometry, source in zip(targets, final, geometries, sources, strict=True):
                 assert geometry is not None
                 size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
-                    kind, index = info.storage_set_to
-                    if kind == "input":
-                        storage = args[index].untyped_storage()
-                    elif kind == "output":
-                        storage = outs[index].untyped_storage()
-                    else:
-                        storage = _storage_of(new_storages[arg_idx])
-                    source = args[index] if kind == "input" else outs[index] if kind == "output" else None
+                    storage = _storage_of(new_storages[arg_idx]) if source is None else source.untyped_storage()
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
@@ -339,6 +335,16 @@ class MetadataMutation:
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
         grown = _growing_storages(run, self._grown) if self._grown else run
         return _setting_requires_grad(grown, self._requires_grad_set)
+
+
+def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any]) -> torch.Tensor | None:
+    """An alias of the input or output whose memory ``info``'s input is set_() onto (None: a fresh storage, or
+    no set_()), taken before any input moves; an alias keeps the source's memory and history."""
+    if info.storage_set_to is None or info.storage_set_to[0] not in ("input", "output"):
+        return None
+    kind, index = info.storage_set_to
+    source: torch.Tensor = args[index] if kind == "input" else outs[index]
+    return torch.ops.aten.alias.default(source)
 
 
 def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
