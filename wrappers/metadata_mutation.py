@@ -293,7 +293,7 @@ class MetadataMutation:
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
-                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[arg-type]
+                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[call-overload]
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
@@ -343,8 +343,8 @@ def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any])
     if info.storage_set_to is None or info.storage_set_to[0] not in ("input", "output"):
         return None
     kind, index = info.storage_set_to
-    source: torch.Tensor = args[index] if kind == "input" else outs[index]
-    return torch.ops.aten.alias.default(source)
+    alias: torch.Tensor = torch.ops.aten.alias.default(args[index] if kind == "input" else outs[index])
+    return alias
 
 
 def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
