@@ -122,3 +122,52 @@ SOURCE_MOVED_LATER = {
 @pytest.mark.parametrize("name", sorted(SOURCE_MOVED_LATER))
 def test_set_source_moved_later(name, mode):
     check_in_mode(*SOURCE_MOVED_LATER[name], mode)
+
+
+# Class 27: an input needing no grad that the function makes a leaf (requires_grad_()) is a leaf of its own in
+# eager, not a view of the caller's memory: a view of it (of another dtype too) whose memory is written after a
+# set_() takes its history again from that leaf.
+def _complex_view_of_made_leaf_then_set(a0):
+    a0.requires_grad_()
+    v1 = torch.view_as_complex(a0.unflatten(-1, (3, 2)))
+    with torch.no_grad():
+        a0.set_(a0)
+    v1.detach().index_add_(0, torch.tensor([0]), torch.ones_like(v1.detach()[:1]))
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _real_view_of_made_leaf_then_set(a0):
+    a0.requires_grad_()
+    v1 = torch.view_as_real(a0)[:, 1]
+    with torch.no_grad():
+        a0.set_(a0.detach())
+    v1.detach().mul_(2)
+    return (v1.sum() + a0.imag.sum(),)
+
+
+def _view_of_made_leaf_then_set(a0):
+    a0.requires_grad_()
+    v1 = a0[1:].t()
+    with torch.no_grad():
+        a0.set_(a0)
+    v1.detach().add_(1)
+    return (v1 * 3, a0)
+
+
+MADE_LEAF_VIEWS = {
+    "complex_view_of_made_leaf_then_set": (
+        _complex_view_of_made_leaf_then_set,
+        lambda: (torch.randn(4, 6, generator=_gen()),),
+    ),
+    "real_view_of_made_leaf_then_set": (
+        _real_view_of_made_leaf_then_set,
+        lambda: (torch.randn(3, 2, generator=_gen(), dtype=torch.complex64),),
+    ),
+    "view_of_made_leaf_then_set": (_view_of_made_leaf_then_set, lambda: (torch.randn(3, 2, generator=_gen()),)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(MADE_LEAF_VIEWS))
+def test_view_of_made_leaf_then_set(name, mode):
+    check_in_mode(*MADE_LEAF_VIEWS[name], mode)

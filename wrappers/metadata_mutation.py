@@ -350,7 +350,11 @@ def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any])
 def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
-    geometry changed), then marked as made where ``arg`` was made, if a view."""
+    geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
+    needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
+    makes eager's, from which autograd takes views (of another dtype too) again, not from the input below."""
+    if arg._base is None and not arg.requires_grad:
+        return arg.detach()
     with torch.enable_grad():
         alias: torch.Tensor = torch.ops.aten.alias.default(arg)
     if arg._base is not None and alias.requires_grad and not arg.is_inference():
