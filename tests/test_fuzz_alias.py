@@ -171,3 +171,76 @@ MADE_LEAF_VIEWS = {
 @pytest.mark.parametrize("name", sorted(MADE_LEAF_VIEWS))
 def test_view_of_made_leaf_then_set(name, mode):
     check_in_mode(*MADE_LEAF_VIEWS[name], mode)
+
+
+# Classes 4 and 5: an input that is a view made under no_grad or inference_mode, its history read in grad mode
+# before the function writes (or set_()s) it. Eager reads that history before the write; the compiled call's
+# counters move before its Function reads it, which autograd refuses for such a view unless told otherwise.
+def _read_then_written_under_no_grad(a0):
+    y = a0 * 2
+    with torch.no_grad():
+        a0.mul_(2)
+    return (y,)
+
+
+def _read_then_set_under_no_grad(a0):
+    y = a0 * 2
+    with torch.no_grad():
+        a0.set_(a0.detach().clone())
+    return (y,)
+
+
+def _written_then_read(a0):
+    with torch.no_grad():
+        a0.mul_(2)
+    return (a0 * 2,)
+
+
+def _read_in_enable_grad_then_set(a0):
+    v3 = a0[..., ::2] * 2
+    with torch.enable_grad():
+        x = a0 * 2
+        with torch.no_grad():
+            a0.set_(v3.clone())
+    return (x,)
+
+
+def _made_leaf_as_strided_then_index_fill(a0):
+    a0.requires_grad_()
+    v0 = a0.as_strided((4,), (1,), 19)
+    a0.index_fill_(-1, torch.tensor([0]), 2.0)
+    return (v0,)
+
+
+def _view_made_under(mode):
+    def make_args():
+        s0 = torch.randn(24, generator=_gen()).requires_grad_()
+        with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
+            return (s0[3:9].view(2, 3),)
+
+    return make_args
+
+
+def _non_leaf():
+    return ((torch.randn(2, 3, 4, generator=_gen()).requires_grad_() * 1),)
+
+
+VIEWS_MADE_WITHOUT_GRAD = {
+    **{
+        f"{fn.__name__[1:]}_{made}": (fn, _view_made_under(made))
+        for fn in (
+            _read_then_written_under_no_grad,
+            _read_then_set_under_no_grad,
+            _written_then_read,
+            _read_in_enable_grad_then_set,
+        )
+        for made in ("no_grad", "inference_mode")
+    },
+    "made_leaf_as_strided_then_index_fill": (_made_leaf_as_strided_then_index_fill, _non_leaf),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEWS_MADE_WITHOUT_GRAD))
+def test_view_made_without_grad_read_before_write(name, mode):
+    check_in_mode(*VIEWS_MADE_WITHOUT_GRAD[name], mode)
