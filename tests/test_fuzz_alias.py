@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import aot
 from tests.oracle import MODES, check_in_mode
 
 
@@ -288,3 +289,14 @@ def test_view_of_detach_then_set_in_inference_mode():
 @pytest.mark.parametrize("mode", MODES)
 def test_view_of_intermediate_then_set(mode):
     check_in_mode(_view_of_intermediate_then_set, _leaf(2, 3), mode)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_view_made_under_no_grad_refuses_its_history_after_the_call():
+    """Judged as made in grad mode only during the call: after it, a read in grad mode raises as eager's does."""
+    compiled = aot.aot_function(_read_then_written_under_no_grad, aot.nop)
+    for fn in (_read_then_written_under_no_grad, compiled, compiled):
+        (a0,) = _view_made_under("no_grad")()
+        fn(a0)
+        with pytest.raises(RuntimeError, match="no_grad mode"):
+            a0 * 2
