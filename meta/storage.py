@@ -12,6 +12,7 @@ leafness and which tensor each input is a view of.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from meta.symbolic import symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
 
 __all__ = [
+    "CALLER_IN_INFERENCE_MODE",
     "Extent",
     "clone_at_offset",
     "expanded_dims",
@@ -48,6 +50,13 @@ Extent = tuple[int, int]
 def view_root(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor ``tensor`` is a view of (autograd's ``_base``), or ``tensor`` itself."""
     return tensor._base if tensor._base is not None else tensor
+
+
+# Whether the compiled function's caller runs under inference mode: collection itself runs outside
+# it (inference tensors have no version counter to watch), see ``aot.api``; fakes of views are made for it.
+CALLER_IN_INFERENCE_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "CALLER_IN_INFERENCE_MODE", default=False
+)
 
 
 def has_version_counter(tensor: torch.Tensor) -> bool:
@@ -241,8 +250,6 @@ def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
     creation = torch._C._autograd._get_creation_meta(view)
     with torch.set_grad_enabled(creation != torch._C._autograd.CreationMeta.NO_GRAD_MODE):
         fake = root.as_strided(view.shape, view.stride(), view.storage_offset())
-    from meta.collect import CALLER_IN_INFERENCE_MODE  # (collect imports this module)
-
     # A view made in inference mode is refused a write in normal mode; under the caller's inference mode (which
     # collection runs outside of) eager writes it.
     in_inference_mode = creation == torch._C._autograd.CreationMeta.INFERENCE_MODE and CALLER_IN_INFERENCE_MODE.get()
