@@ -471,16 +471,25 @@ class AOTFunction:
     ) -> tuple[CompiledEntry, _CallingConvention]:
         """Compile with the ``dynamic`` dimensions as symbols; the entry serves every call its guard admits."""
         leaves, _ = tree_flatten((args, kwargs))
-        inputs = symbolic.SymbolicInputs()
-        positions = sorted(dynamic)
-        for position in positions:
-            inputs.add(leaves[position], sorted(dynamic[position]))
-        with symbolic.symbolic_inputs(inputs):
-            entry, convention = self._compile(args, kwargs, key)
-            guard = symbolic.Guard(inputs)
+        specialized: set[int] = set()  # positions traced with constant sizes (``symbolic.SharedMemoryWritten``)
+        while True:
+            inputs = symbolic.SymbolicInputs()
+            positions = [p for p in sorted(dynamic) if p not in specialized]
+            for position in positions:
+                inputs.add(leaves[position], sorted(dynamic[position]))
+            inputs.specialized = [leaves[p] for p in sorted(specialized)]
+            try:
+                with symbolic.symbolic_inputs(inputs):
+                    entry, convention = self._compile(args, kwargs, key)
+                    guard = symbolic.Guard(inputs)
+                break
+            except symbolic.SharedMemoryWritten as shared:
+                ids = {id(t) for t in shared.tensors}
+                specialized |= {p for p in positions if id(leaves[p]) in ids}
         entry.extra["guard"] = guard
         entry.dynamic_positions = tuple(positions)
-        self._dynamic_entries.setdefault(key, []).append((guard, positions, entry, convention))
+        guarded = positions + sorted(specialized)
+        self._dynamic_entries.setdefault(key, []).append((guard, guarded, entry, convention))
         return entry, convention
 
     def _restore(

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from meta.storage import how_made
 from wrappers.codegen import Emitter, Source
 
 __all__ = ["ENV_VAR", "MISS", "entry_function", "interpreted"]
@@ -103,6 +104,8 @@ def entry_function(
             if leaf.requires_grad:
                 checks.append(f"{name}.requires_grad")
                 checks.append(f"{name}.is_leaf" if leaf.is_leaf else f"not {name}.is_leaf")
+                # (a view made under no_grad is a leaf too)
+                checks.append(f"{source.const(how_made, 'how_made')}({name}) == {how_made(leaf)}")
             else:
                 checks.append(f"not {name}.requires_grad")
             checks.append(f"not {name}.is_inference()")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from aot.errors import UnsupportedInputError
-from meta.storage import has_version_counter
+from meta.storage import has_version_counter, how_made
 from meta.versions import counter_groups
 
 __all__ = ["constant_key", "input_signature"]
@@ -75,6 +75,8 @@ def input_signature(
                     leaf.device,
                     requires_grad,
                     requires_grad and leaf.is_leaf,
+                    # a view made under no_grad or in inference mode: autograd refuses its history once written
+                    how_made(leaf) if requires_grad else 0,
                     # requires_grad_() on a view makes a leaf whose own views follow its base: no grad
                     not requires_grad and leaf._is_view(),
                     first,

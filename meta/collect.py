@@ -14,7 +14,6 @@ was taken from, with the op and arguments to take it again. From those:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from meta.overlap import (
     order_dependent_read,
 )
 from meta.storage import (
+    CALLER_IN_INFERENCE_MODE,
     fake_inputs,
     has_version_counter,
     intersect,
@@ -72,12 +72,6 @@ __all__ = [
     "records",
     "saved_tensor_hooks_suspended",
 ]
-
-# Whether the compiled function's caller runs under inference mode: collection itself runs outside
-# it (inference tensors have no version counter to watch), see ``aot.api``.
-CALLER_IN_INFERENCE_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "CALLER_IN_INFERENCE_MODE", default=False
-)
 
 
 def records() -> bool:

@@ -12,6 +12,7 @@ leafness and which tensor each input is a view of.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,12 +23,14 @@ from meta.symbolic import symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
 
 __all__ = [
+    "CALLER_IN_INFERENCE_MODE",
     "Extent",
     "clone_at_offset",
     "expanded_dims",
     "fake_input",
     "fake_inputs",
     "has_version_counter",
+    "how_made",
     "intersect",
     "offset_of",
     "one_index_per_element",
@@ -49,6 +52,13 @@ def view_root(tensor: torch.Tensor) -> torch.Tensor:
     return tensor._base if tensor._base is not None else tensor
 
 
+# Whether the compiled function's caller runs under inference mode: collection itself runs outside
+# it (inference tensors have no version counter to watch), see ``aot.api``; fakes of views are made for it.
+CALLER_IN_INFERENCE_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "CALLER_IN_INFERENCE_MODE", default=False
+)
+
+
 def has_version_counter(tensor: torch.Tensor) -> bool:
     """Whether in-place writes may bump ``tensor``'s version counter outside inference mode: an inference
     tensor has none, unless it is a ``detach()``/``.data`` of one taken outside inference mode."""
@@ -58,6 +68,16 @@ def has_version_counter(tensor: torch.Tensor) -> bool:
         return tensor._version >= 0
     except RuntimeError:  # "Inference tensors do not track version counter."
         return False
+
+
+def how_made(tensor: torch.Tensor) -> int:
+    """For a view requiring grad, how autograd recorded its making (``CreationMeta``: in grad mode, under
+    no_grad, in inference mode, as one output of several ...), which decides whether it refuses the view's
+    history once its memory is written; 0 (grad mode) for any other tensor."""
+    if tensor._base is None or not tensor.requires_grad or tensor.is_inference():
+        return 0
+    creation: int = torch._C._autograd._get_creation_meta(tensor).value
+    return creation
 
 
 def storage_key(tensor: torch.Tensor) -> int:
@@ -230,7 +250,10 @@ def _fake_view(root: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
     creation = torch._C._autograd._get_creation_meta(view)
     with torch.set_grad_enabled(creation != torch._C._autograd.CreationMeta.NO_GRAD_MODE):
         fake = root.as_strided(view.shape, view.stride(), view.storage_offset())
-    if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE and fake.requires_grad:
+    # A view made in inference mode is refused a write in normal mode; under the caller's inference mode (which
+    # collection runs outside of) eager writes it.
+    in_inference_mode = creation == torch._C._autograd.CreationMeta.INFERENCE_MODE and CALLER_IN_INFERENCE_MODE.get()
+    if not in_inference_mode and fake.requires_grad:
         torch._C._autograd._set_creation_meta(fake, creation)
     return fake
 

@@ -35,6 +35,7 @@ from meta.errors import DynamicShapesUnsupportedError
 __all__ = [
     "Guard",
     "RuntimeSize",
+    "SharedMemoryWritten",
     "SymbolicInputs",
     "current",
     "fake_mode",
@@ -79,6 +80,9 @@ class SymbolicInputs:
     tensors: list[torch.Tensor] = field(default_factory=list)
     # symbol -> where a call's value of it is read: ``t0.size(1)`` (``tI`` the I-th dynamic input).
     bindings: dict[Any, str] = field(default_factory=dict)
+    # Inputs asked to be dynamic but traced with their sizes, strides and offset as constants (see
+    # ``SharedMemoryWritten``); the guard requires each call's to equal them.
+    specialized: list[torch.Tensor] = field(default_factory=list)
 
     def add(self, tensor: torch.Tensor, dims: Sequence[int]) -> None:
         """Make ``dims`` of ``tensor`` symbols (sizes 0 and 1 stay constants, as torch specializes them)."""
@@ -289,10 +293,22 @@ def _final_geometry_at_runtime(info: Any, inputs: SymbolicInputs) -> Any:
     return dataclasses.replace(info, final_metadata=_runtime(info.final_metadata, inputs))
 
 
+class SharedMemoryWritten(Exception):
+    """Raised while collecting the meta: inputs of symbolic size share memory with another input, one of
+    them written. Their fakes had storages of their own, so the trace missed writes reaching the others: the
+    compile starts again with ``tensors`` specialized (static fakes sharing their storage, as on static shapes,
+    their geometry guarded). The synthetic-base layer then merges them as it does on static shapes."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+        super().__init__("inputs of symbolic size sharing memory, one written: traced again, specialized")
+        self.tensors = list(tensors)
+
+
 def _refuse_writes_into_shared_memory(meta: Any, tensors: Sequence[torch.Tensor], inputs: SymbolicInputs) -> None:
-    """Distinct inputs sharing memory, one of symbolic size, one written: refused (the synthetic-base
-    layer would regenerate them from their storage, whose geometry is not symbolic). Read only, they
-    were collected on storages of their own, which no read can tell from shared ones."""
+    """Distinct inputs sharing memory, one of symbolic size, one written: ``SharedMemoryWritten`` names the
+    symbolic ones (the synthetic-base layer regenerates them from their storage, whose geometry is not
+    symbolic). Read only, they were collected on storages of their own, which no read can tell from shared
+    ones."""
     groups: dict[int, dict[int, int]] = {}  # storage -> id(tensor) -> position
     for position, tensor in enumerate(tensors):
         if tensor.layout == torch.strided:
@@ -300,11 +316,10 @@ def _refuse_writes_into_shared_memory(meta: Any, tensors: Sequence[torch.Tensor]
     for group in groups.values():
         if len(group) < 2 or not any(id(t) in group for t in inputs.tensors):
             continue
-        written = [meta.input_info[p].name for p in group.values() if meta.input_info[p].mutates_data]
-        if written or any(meta.input_info[p].mutates_metadata for p in group.values()):
-            raise DynamicShapesUnsupportedError(
-                f"inputs sharing memory, one of symbolic size, one written ({', '.join(written) or 'geometry'})"
-            )
+        written = any(meta.input_info[p].mutates_data or meta.input_info[p].mutates_metadata for p in group.values())
+        if written:
+            symbolic = {id(t) for t in inputs.tensors}
+            raise SharedMemoryWritten([tensors[p] for p in group.values() if id(tensors[p]) in symbolic])
 
 
 def _runtime(value: Any, inputs: SymbolicInputs) -> Any:
@@ -333,15 +348,16 @@ _ARG = re.compile(r"L\['t(\d+)'\]")
 class Guard:
     """The conditions an entry compiled on symbolic inputs holds under, as one compiled expression.
 
-    ``guard(tensors)`` (the dynamic inputs, in the order they were added) is True when
-    the entry computes eager's result for them. Every size, stride and offset the
-    trace saw is checked: the symbolic ones by the ShapeEnv's guards, the rest equal.
+    ``guard(tensors)`` (the dynamic inputs, in the order they were added, then the specialized
+    ones) is True when the entry computes eager's result for them. Every size, stride and offset
+    the trace saw is checked: the symbolic ones by the ShapeEnv's guards, the rest equal.
     """
 
     def __init__(self, inputs: SymbolicInputs) -> None:
         # Fakes and the ShapeEnv only: the caller's tensors are not held.
         self._fakes: list[Any] = inputs.fakes()
         self._shape_env = inputs.shape_env
+        self._specialized = [(tuple(t.shape), t.stride(), t.storage_offset()) for t in inputs.specialized]
         self._compile()
 
     def _compile(self) -> None:
@@ -358,9 +374,21 @@ class Guard:
         lines = [f"def check({', '.join(f't{i}' for i in range(count))}):"]
         lines += [f"    z{i}, r{i}, o{i} = t{i}.size(), t{i}.stride(), t{i}.storage_offset()" for i in range(count)]
         lines.append(f"    return {body}")
+        if self._specialized:
+            # The specialized inputs, after the symbolic ones: their geometry as traced, exactly.
+            params = ", ".join(f"t{i}" for i in range(count))
+            lines[0] = f"def check({params}{', ' if count else ''}*specialized):"
+            lines[-1] = f"    return ({body}) and _same(specialized)"
         namespace: dict[str, Any] = dict(SYMPY_INTERP)
+        namespace["_same"] = self._same
         exec("\n".join(lines), namespace)
         self._check: Callable[..., bool] = namespace["check"]
+
+    def _same(self, tensors: Sequence[torch.Tensor]) -> bool:
+        return all(
+            t.shape == size and t.stride() == stride and t.storage_offset() == offset
+            for t, (size, stride, offset) in zip(tensors, self._specialized, strict=True)
+        )
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> bool:
         if len(self._shape_env.guards) != self._num_guards:

@@ -87,6 +87,9 @@ class Counters:
         self.positions, self.bumps = tuple(positions), tuple(counts)
         inner = {groups[p] for p in moved_inside}
         self._early = tuple((slot, p, counts[slot]) for slot, p in enumerate(positions) if groups[p] not in inner)
+        # Every argument whose counter is set early to a later value: any autograd judges by its creation.
+        moved_early = {groups[p] for _, p, count in self._early if count}
+        self._sharing_early = tuple(p for p, group in enumerate(groups) if group in moved_early)
 
     def __bool__(self) -> bool:
         return bool(self.positions)
@@ -119,7 +122,8 @@ class Counters:
 
     def start(self, args: Sequence[torch.Tensor]) -> tuple[int, ...]:
         """Before the inner call: the counters before it, and those not moved inside set to eager's final values."""
-        before = self.read(args)
+        before = _Before(self.read(args))
+        before.relaxed = _relaxed([args[p] for p in self._sharing_early])
         set_versions([args[p] for _, p, _ in self._early], [before[s] + b for s, _, b in self._early])
         return before
 
@@ -127,7 +131,44 @@ class Counters:
         """Set the counters to eager's values after the call: however many in-place ops (or none) a write-back
         stands for, eager's bumps."""
         set_versions([args[p] for p in self.positions], [v + b for v, b in zip(before, self.bumps, strict=True)])
+        _judged_again(getattr(before, "relaxed", ()), stale=True)
 
     def restore(self, args: Sequence[torch.Tensor], before: Sequence[int]) -> None:
         """Set the counters back to their values before the call."""
         set_versions([args[p] for p in self.positions], before)
+        _judged_again(getattr(before, "relaxed", ()), stale=False)
+
+
+class _Before(tuple[int, ...]):
+    """The counters before a call, and the views :func:`_relaxed` for it."""
+
+    relaxed: list[tuple[torch.Tensor, Any]]
+
+
+def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
+    """Views requiring grad made under no_grad or inference mode (or as one of several outputs), marked as made
+    in grad mode, with their creation. Autograd refuses the history of such a view once its counter moved; a
+    counter set early moves before the compiled call reads the history, which eager's function read, if at
+    all, before its write (reading it after raises in eager, and in meta collection)."""
+    relaxed: list[tuple[torch.Tensor, Any]] = []
+    for tensor in tensors:
+        if tensor._base is None or not tensor.requires_grad or tensor.is_inference():
+            continue
+        creation = torch._C._autograd._get_creation_meta(tensor)
+        if creation != torch._C._autograd.CreationMeta.DEFAULT and all(t is not tensor for t, _ in relaxed):
+            torch._C._autograd._set_creation_meta(tensor, torch._C._autograd.CreationMeta.DEFAULT)
+            relaxed.append((tensor, creation))
+    return relaxed
+
+
+def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> None:
+    """Give :func:`_relaxed` views their creation back, their history's record taken at their counter now, or,
+    ``stale``, at another value: eager's read (if any) was before its write, so its next read refuses."""
+    for tensor, creation in relaxed:
+        counter = tensor._version
+        if stale:
+            set_versions([tensor], [counter + 1])
+        _ = tensor.grad_fn  # taken again while the view counts as made in grad mode
+        if stale:
+            set_versions([tensor], [counter])
+        torch._C._autograd._set_creation_meta(tensor, creation)

@@ -344,7 +344,7 @@ def test_views_taken_with_symbolic_sizes(fn: Any) -> None:
     assert len(compiled.entries) == 1
 
 
-def test_inputs_sharing_memory_read_only_or_refused_when_written() -> None:
+def test_inputs_sharing_memory_read_only_stay_symbolic() -> None:
     def read(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a * 2 + b
 
@@ -353,10 +353,49 @@ def test_inputs_sharing_memory_read_only_or_refused_when_written() -> None:
         tokens = torch.randn(length + 1)
         check(read, (tokens[:-1], tokens[1:]), compiled_fn=compiled, backward=False)
     assert len(compiled.entries) == 1
-    written = aot.aot_function(lambda a, b: a.add_(1) + b, functional_nop, dynamic=True)
-    base = torch.randn(8)
-    with pytest.raises(DynamicShapesUnsupportedError, match=r"sharing memory.*written"):
-        written(base[:4], base[4:])
+
+
+def _write_first(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    a.add_(c.sum())
+    return a * 2 + b + c.mean()
+
+
+def _write_second_read_first(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    b.mul_(2)
+    return a.sin().sum() * c
+
+
+def _halves(n: int, m: int) -> Any:
+    base = torch.randn(2 * n)
+    return base[:n], base[n:], torch.randn(m)
+
+
+def _overlapping_rows(n: int, m: int) -> Any:
+    base = torch.randn(n, 3, requires_grad=True) * 1
+    return base, base[1:], torch.randn(m, requires_grad=True)
+
+
+def _transposed(n: int, m: int) -> Any:
+    base = torch.randn(n, n, requires_grad=True) * 1
+    return base[0], base.t()[0], torch.randn(m, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("fn", "make"),
+    [(_write_first, _halves), (_write_second_read_first, _overlapping_rows), (_write_first, _transposed)],
+    ids=["halves", "overlapping_rows", "row_and_column"],
+)
+def test_inputs_sharing_memory_one_written_are_specialized(fn: Any, make: Any) -> None:
+    # Inputs sharing memory, one written, are merged into a synthetic base as on static shapes: traced with
+    # their sizes as constants (guarded), while the other inputs' sizes stay symbolic.
+    compiled = aot.aot_function(fn, functional_nop, dynamic=True)
+    backward = make is not _halves
+    for n, m in ((4, 5), (4, 7), (4, 9), (6, 5), (4, 5)):
+        args = _seeded(n * 100 + m, lambda seed: make(seed // 100, seed % 100))
+        check(fn, args, compiled_fn=compiled, backward=backward)
+        if (n, m) == (4, 9):
+            assert len(compiled.entries) == 1  # c's size is symbolic
+    assert len(compiled.entries) == 2  # a new size of the shared memory compiles once more; the old one is reused
 
 
 @pytest.mark.parametrize(

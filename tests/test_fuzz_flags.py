@@ -315,11 +315,8 @@ def _complex_view_then_set_onto_itself(a0):
     return (sum(t.real.sum() for t in (a0, v1)),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="class 27: autograd on fakes fails to take the history of a dtype view of an input set_() onto itself "
-    "again (new_fn INTERNAL ASSERT) while the joint is traced",
-)
+# Class 27: the function makes its input a leaf (requires_grad_()); a dtype view of it, set_() onto itself,
+# takes its history again from that leaf, as eager's does.
 def test_dtype_view_of_input_set_onto_itself() -> None:
     check_in_mode(_complex_view_then_set_onto_itself, lambda: (_randn(4, 6),), "training")
 
@@ -343,8 +340,10 @@ def _ints_and_two_columns_first_detached():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="class 11: the entry reused for a detach() of one of two overlapping columns of a non-leaf: the compiled "
-    "backward reads the merged base at a negative storage offset",
+    reason="class 11 (not a reuse: a fresh compile for the detached column fails too): the synthetic base is written "
+    "back whole through a view of the written column's root (the detach()), reaching before its storage offset, and "
+    "autograd's CopySlices backward takes it at offset -8; writing the column apart still needs the graph to return "
+    "its new value with its own derivative (the write into the detach() is hidden from the base's)",
 )
 def test_copy_between_overlapping_columns_reused() -> None:
     compiled = check(_copy_between_overlapping_columns, _ints_and_two_columns_of_a_non_leaf)

@@ -281,23 +281,19 @@ class MetadataMutation:
                 return None if info.after_set else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
+            # Each set_() takes its source's memory as the call left it, though the loop below may move that
+            # source first (``a1.set_(a0)`` then ``a0.set_(a0.clone())``): read them all before it runs.
+            sources = [_set_source(info, args, outs) for _, info in final]
             retaken = []  # views whose history eager takes again in their final geometry
-            for target, (arg_idx, info), geometry in zip(targets, final, geometries, strict=True):
+            for target, (arg_idx, info), geometry, source in zip(targets, final, geometries, sources, strict=True):
                 assert geometry is not None
                 size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
-                    kind, index = info.storage_set_to
-                    if kind == "input":
-                        storage = args[index].untyped_storage()
-                    elif kind == "output":
-                        storage = outs[index].untyped_storage()
-                    else:
-                        storage = _storage_of(new_storages[arg_idx])
-                    source = args[index] if kind == "input" else outs[index] if kind == "output" else None
+                    storage = _storage_of(new_storages[arg_idx]) if source is None else source.untyped_storage()
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
-                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[arg-type]
+                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[call-overload]
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
@@ -341,10 +337,24 @@ class MetadataMutation:
         return _setting_requires_grad(grown, self._requires_grad_set)
 
 
+def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any]) -> torch.Tensor | None:
+    """An alias of the input or output whose memory ``info``'s input is set_() onto (None: a fresh storage, or
+    no set_()), taken before any input moves; an alias keeps the source's memory and history."""
+    if info.storage_set_to is None or info.storage_set_to[0] not in ("input", "output"):
+        return None
+    kind, index = info.storage_set_to
+    alias: torch.Tensor = torch.ops.aten.alias.default(args[index] if kind == "input" else outs[index])
+    return alias
+
+
 def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
-    geometry changed), then marked as made where ``arg`` was made, if a view."""
+    geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
+    needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
+    makes eager's, from which autograd takes views (of another dtype too) again, not from the input below."""
+    if arg._base is None and not arg.requires_grad:
+        return arg.detach()
     with torch.enable_grad():
         alias: torch.Tensor = torch.ops.aten.alias.default(arg)
     if arg._base is not None and alias.requires_grad and not arg.is_inference():
@@ -405,6 +415,8 @@ class _MovedHistories(TorchFunctionMode):
             return value
         for alias, leaf, is_leaf in self._moved.values():
             if is_leaf and value is not alias and value._base is view_root(alias):
+                if value.dtype != alias.dtype:
+                    return value  # a view of another dtype: eager replays its view ops on the leaf, as fakes do
                 moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
                 offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
                 return moved.as_strided(value.shape, value.stride(), offset)  # type: ignore[no-any-return]
