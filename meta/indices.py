@@ -46,8 +46,7 @@ class IndexMap(Generic[K, V]):
     """An immutable map whose key type names the index space it takes.
 
     ``IndexMap[UserOut, GraphOut]`` cannot be indexed by a ``UserArg`` under
-    mypy. ``inverse()`` exists only for injective maps; ``groups()`` inverts a
-    many-to-one map into lists.
+    mypy.
     """
 
     __slots__ = ("_items",)

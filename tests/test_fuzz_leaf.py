@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.oracle import check, check_in_mode
+from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -93,7 +93,7 @@ CASES = {
 def test_training(name: str) -> None:
     fn, make_args = CASES[name]
     if name == "autocast_matmul_then_t":
-        check(fn, make_args, rtol=0.01, atol=0.01)
+        check(fn, make_args, rtol=AUTOCAST_RTOL, atol=AUTOCAST_ATOL)
     else:
         check_in_mode(fn, make_args, "training")
 

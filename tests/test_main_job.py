@@ -7,6 +7,7 @@ import re
 import pytest
 
 from aot.__main__ import main
+from tests.oracle import MODEL_RTOL
 
 
 def test_main_job_two_steps(capsys: pytest.CaptureFixture[str]) -> None:
@@ -16,7 +17,7 @@ def test_main_job_two_steps(capsys: pytest.CaptureFixture[str]) -> None:
     assert [int(step) for step, *_ in rows] == [1, 2], out
     for _, eager, compiled, verdict in rows:
         assert verdict == "ok"
-        assert float(eager) == pytest.approx(float(compiled), rel=1e-5)
+        assert float(eager) == pytest.approx(float(compiled), rel=MODEL_RTOL)
     assert "eval (model.eval(), no_grad)" in out and "MISMATCH" not in out
     assert "result: compiled matches eager" in out
     assert re.search(r"forward \d+ ops, backward \d+ ops, inference \d+ ops", out)

@@ -21,7 +21,7 @@ from aot.compile.min_cut import node_bytes
 from aot.compile.partition import JointParts, ancestors, default_saved
 from aot.demo import GPTConfig, make_model
 from tests import test_aliasing, test_mutation, test_programs
-from tests.oracle import MODEL_RTOL, assert_close, check
+from tests.oracle import MODEL_RTOL, RTOL, assert_close, check
 from tests.test_min_cut import SMALL_PROGRAMS, forward_of, mlp_gelu, pointwise_chain, saved_bytes, seeded
 
 BUDGETS = [1.0, 0.75, 0.5, 0.25, 0.1, 0.0]
@@ -35,7 +35,7 @@ def plan_of(compiled) -> MemoryPlan:
     return plan
 
 
-def sweep(fn, make_args, *, rtol: float = 1.3e-6) -> list[MemoryPlan]:
+def sweep(fn, make_args, *, rtol: float = RTOL) -> list[MemoryPlan]:
     """Check ``fn`` under each budget of :data:`BUDGETS` against eager; return the plans."""
     plans = []
     for budget in BUDGETS:
@@ -252,7 +252,7 @@ def test_torch_compile_backend_with_budget():
 # ----------------------------------------------------------------------------- the differential programs at 0.5
 
 
-def _at_half(fn, make_args, rtol: float = 1.3e-6) -> None:
+def _at_half(fn, make_args, rtol: float = RTOL) -> None:
     compiled = aot.aot_function(fn, aot.nop, activation_memory_budget=0.5)
     check(fn, make_args, compiled_fn=compiled, rtol=rtol)
 

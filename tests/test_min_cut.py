@@ -20,7 +20,7 @@ from aot.compile.descriptors import DESC, Saved
 from aot.compile.min_cut import node_bytes
 from aot.dynamo import make_backend
 from tests import test_aliasing, test_mutation, test_programs
-from tests.oracle import MODEL_RTOL, assert_close, check, clone_args
+from tests.oracle import MODEL_RTOL, RTOL, assert_close, check, clone_args
 
 min_cut = aot.min_cut_rematerialization_partition
 
@@ -42,7 +42,7 @@ def forward_of(compiled) -> fx.GraphModule | None:
     return entry.forward
 
 
-def run_both(fn, make_args, *, rtol: float = 1.3e-6, strictly_less: bool = False) -> tuple[int, int]:
+def run_both(fn, make_args, *, rtol: float = RTOL, strictly_less: bool = False) -> tuple[int, int]:
     """Check ``fn`` through the min-cut partitioner; return (default's, min-cut's) saved bytes."""
     factory = make_args if callable(make_args) else (lambda: clone_args(make_args))
     ours = check(fn, factory, compiled_fn=aot.aot_function(fn, aot.nop, partition_fn=min_cut), rtol=rtol)

@@ -25,7 +25,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
-from meta.indices import BaseArg, IndexMap, UserArg, UserOut
+from meta.indices import UserArg, UserOut
 from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
@@ -196,20 +196,6 @@ class SyntheticBase:
         self._counter_groups: list[int] = []
         self._rerouted: tuple[UserArg, ...] = ()
         self._own_leaves: set[UserArg] = set()  # those that are leaves: passed themselves
-
-    @property
-    def to_outer(self) -> IndexMap[BaseArg, tuple[UserArg, ...]]:
-        """Each inner input -> the outer inputs it stands for: the plain ones, one base per cluster, then the
-        members with histories of their own (``_own_histories``)."""
-        if not self._clusters:
-            return IndexMap()
-        plain: list[tuple[BaseArg, tuple[UserArg, ...]]] = [(BaseArg(i), (arg,)) for i, arg in enumerate(self._plain)]
-        based = [(BaseArg(len(self._plain) + k), c.members) for k, c in enumerate(self._clusters)]
-        first = len(self._plain) + len(self._clusters)
-        own: list[tuple[BaseArg, tuple[UserArg, ...]]] = [
-            (BaseArg(first + k), (m,)) for k, m in enumerate(self._rerouted)
-        ]
-        return IndexMap(plain + based + own)
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
