@@ -878,7 +878,8 @@ def collect_meta(
     fake_mode = fake_mode or symbolic.fake_mode()
     # FreshViews is a torch-function mode, which some library code sees (TransformerEncoder leaves its
     # fast path when one is active): only programs changing geometry in place run under it.
-    for needs_fresh_views in (False, True):
+    needs_fresh_views, watch_calls = False, False
+    while True:
         fakes = fake_inputs(fake_mode, flat_args)
         initial_geometry = [_geometry(fake) for fake in fakes]
         initial_versions = [fake._version for fake in fakes]
@@ -905,8 +906,11 @@ def collect_meta(
         fresh_views = FreshViews(recorder.stands_for)
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
-        # (A torch-function mode changes some library code paths: only where an input requires grad.)
-        watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        # (A torch-function mode changes some library code paths: only where an input requires grad, before
+        # the call or, seen once the function ran, after it.)
+        watched = in_inference_mode and (
+            watch_calls or any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        )
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
             hooks, reseeds = saved_tensor_hooks_suspended(), _Reseeds()
@@ -921,9 +925,15 @@ def collect_meta(
             stale_view = "new_fn INTERNAL ASSERT" in str(error)
             if needs_fresh_views or not (resize_refused or stale_view or any(w.metadata_only for w in recorder.writes)):
                 raise
+            needs_fresh_views = True
             continue
-        if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
-            break
+        if not needs_fresh_views and any(w.metadata_only for w in recorder.writes):
+            needs_fresh_views = True
+            continue
+        if in_inference_mode and not watched and any(fake.requires_grad for fake in fakes):
+            watch_calls = True  # the function made an input require grad: its requires_grad_() calls matter
+            continue
+        break
 
     # Only outputs with a history differentiate the moved input (a returned leaf has none); under the
     # caller's inference_mode none has (collection runs outside it, under no_grad, where an enable_grad
