@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import ViewOf
 from tests.oracle import MODES, check_in_mode
 
 
@@ -63,3 +64,45 @@ def _view_of_moved_input_args():
 @pytest.mark.parametrize("mode", MODES)
 def test_view_taken_before_set_keeps_its_memory(mode):
     check_in_mode(_view_of_moved_input, _view_of_moved_input_args, mode)
+
+
+def _no_grad_view_of_function_output(a0):
+    # A view taken under no_grad of an autograd.Function's output requires grad with no history: eager's
+    # output is a leaf, which takes no tangent in the backward (program 6186).
+    v0 = ViewOf.apply(a0)
+    with torch.no_grad():
+        v2 = v0.view(-1)
+    return (v2, a0 * 2)
+
+
+def _no_grad_view_of_function_output_args():
+    leaf = torch.randn(24, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    return ((leaf * 1)[6:10],)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_view_under_no_grad_of_a_function_output_is_a_leaf(mode):
+    check_in_mode(_no_grad_view_of_function_output, _no_grad_view_of_function_output_args, mode)
+
+
+def _set_onto_input(a0, a1, a2):
+    # v1 is a tensor of its own (a clone) set_() onto a1's memory: its views sit on a1's memory, with v1 as
+    # their base and v1's version counter, never a1's (program 6253).
+    v1 = a2.clone()
+    v1.set_(a1)
+    a0.detach().sigmoid_()
+    v3 = v1.diagonal()
+    return (v3, sum(t.real.sum() for t in (a0, a1, a2, v1, v3)))
+
+
+def _set_onto_input_args():
+    g = torch.Generator().manual_seed(0)
+    s0 = torch.randn(24, generator=g).requires_grad_()
+    s1 = torch.randint(-4, 5, (24,), generator=g)
+    s2 = torch.randint(-4, 5, (24,), generator=g)
+    return (s0[7:19].view(3, 4)[:, ::2], s1[5:17].view(4, 3).t(), s2[7:12])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_views_of_a_tensor_set_onto_an_input(mode):
+    check_in_mode(_set_onto_input, _set_onto_input_args, mode)
