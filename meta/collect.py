@@ -255,6 +255,9 @@ class FreshViews(TorchFunctionMode):
         # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
         # needing no grad), and their version then: (the view, that version).
         self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
+        # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
+        # record of them is current until their memory or geometry changes again.
+        self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -274,6 +277,9 @@ class FreshViews(TorchFunctionMode):
             return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
+            return tensor
+        taken_after = self._taken_after.get(id(tensor))
+        if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
             return tensor
         creation = _creation(tensor)
         if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
@@ -352,6 +358,7 @@ class FreshViews(TorchFunctionMode):
         else:
             out = func(*args, **kwargs)
         self._anchor(args[0] if args else None, out)
+        self._note_taken_after(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
@@ -365,6 +372,13 @@ class FreshViews(TorchFunctionMode):
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _note_taken_after(self, first: Any, out: Any) -> None:
+        """Note ``out``, a view taken by an op from ``first``, a tensor (no view) whose geometry changed."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
+            return
+        if id(first) in self._changed_bases and out._base is first:
+            self._taken_after[id(out)] = (out, out._version)
 
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it

@@ -106,3 +106,25 @@ def _set_onto_input_args():
 @pytest.mark.parametrize("mode", MODES)
 def test_views_of_a_tensor_set_onto_an_input(mode):
     check_in_mode(_set_onto_input, _set_onto_input_args, mode)
+
+
+def _view_taken_after_restride(a0):
+    # v0 is taken after a0's geometry changed, and before a0 requires grad: eager's v0 requires grad with no
+    # history (a leaf), its record current as it was never written since (program 8755).
+    a0.data.unsqueeze_(0)
+    with torch.enable_grad():
+        a0.t_()
+        with torch.no_grad():
+            a0.neg_()
+    v0 = a0.unfold(0, 2, 1)
+    a0.requires_grad_()
+    return (v0,)
+
+
+def _view_taken_after_restride_args():
+    return (torch.randn(4, 6, generator=torch.Generator().manual_seed(0)),)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_view_taken_after_a_restride_keeps_no_history(mode):
+    check_in_mode(_view_taken_after_restride, _in_mode(mode, _view_taken_after_restride_args), mode)
