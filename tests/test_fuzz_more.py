@@ -128,3 +128,23 @@ def _view_taken_after_restride_args():
 @pytest.mark.parametrize("mode", MODES)
 def test_view_taken_after_a_restride_keeps_no_history(mode):
     check_in_mode(_view_taken_after_restride, _in_mode(mode, _view_taken_after_restride_args), mode)
+
+
+def _view_of_another_dtype_of_moved_input(a0, a1):
+    # v0, a float view of complex a1, is taken before set_() moves a1: it keeps a1's old memory, and no
+    # as_strided of the moved leaf stands for it (program 3465).
+    v0 = a1.imag
+    with torch.no_grad():
+        a1.set_(a0)
+    v2 = a1 * 2
+    return (sum(t.real.sum() for t in (a0, a1, v0, v2)),)
+
+
+def _view_of_another_dtype_of_moved_input_args():
+    storage = torch.randn(24, generator=torch.Generator().manual_seed(0), dtype=torch.complex64).requires_grad_()
+    return (storage[4:16].view(4, 3).t(), storage[6:16:2])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_view_of_another_dtype_taken_before_set(mode):
+    check_in_mode(_view_of_another_dtype_of_moved_input, _view_of_another_dtype_of_moved_input_args, mode)

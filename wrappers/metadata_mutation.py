@@ -405,7 +405,8 @@ class _MovedHistories(TorchFunctionMode):
         if value._base is None or not value.requires_grad:
             return value
         for alias, leaf, is_leaf in self._moved.values():
-            if is_leaf and value is not alias and value._base is view_root(alias):
+            # (A view of another dtype, ``.imag`` say, is no as_strided of the leaf.)
+            if is_leaf and value is not alias and value._base is view_root(alias) and value.dtype == alias.dtype:
                 moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
                 offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
                 stand_in: torch.Tensor = moved.as_strided(value.shape, value.stride(), offset)
