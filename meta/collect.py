@@ -249,6 +249,9 @@ class FreshViews(TorchFunctionMode):
         # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
         # needing no grad), and their version then: (the view, that version).
         self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
+        # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
+        # record of them is current until their memory or geometry changes again.
+        self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -268,6 +271,9 @@ class FreshViews(TorchFunctionMode):
             return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
+            return tensor
+        taken_after = self._taken_after.get(id(tensor))
+        if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
             return tensor
         creation = _creation(tensor)
         if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
@@ -346,6 +352,7 @@ class FreshViews(TorchFunctionMode):
         else:
             out = func(*args, **kwargs)
         self._anchor(args[0] if args else None, out)
+        self._note_taken_after(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
@@ -359,6 +366,13 @@ class FreshViews(TorchFunctionMode):
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _note_taken_after(self, first: Any, out: Any) -> None:
+        """Note ``out``, a view taken by an op from ``first``, a tensor (no view) whose geometry changed."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
+            return
+        if id(first) in self._changed_bases and out._base is first:
+            self._taken_after[id(out)] = (out, out._version)
 
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
@@ -872,7 +886,8 @@ def collect_meta(
     fake_mode = fake_mode or symbolic.fake_mode()
     # FreshViews is a torch-function mode, which some library code sees (TransformerEncoder leaves its
     # fast path when one is active): only programs changing geometry in place run under it.
-    for needs_fresh_views in (False, True):
+    needs_fresh_views, watch_calls = False, False
+    while True:
         fakes = fake_inputs(fake_mode, flat_args)
         initial_geometry = [_geometry(fake) for fake in fakes]
         initial_versions = [fake._version for fake in fakes]
@@ -899,8 +914,11 @@ def collect_meta(
         fresh_views = FreshViews(recorder.stands_for)
         saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
-        # (A torch-function mode changes some library code paths: only where an input requires grad.)
-        watched = in_inference_mode and any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        # (A torch-function mode changes some library code paths: only where an input requires grad, before
+        # the call or, seen once the function ran, after it.)
+        watched = in_inference_mode and (
+            watch_calls or any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
+        )
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
             hooks, reseeds = saved_tensor_hooks_suspended(), _Reseeds()
@@ -915,9 +933,15 @@ def collect_meta(
             stale_view = "new_fn INTERNAL ASSERT" in str(error)
             if needs_fresh_views or not (resize_refused or stale_view or any(w.metadata_only for w in recorder.writes)):
                 raise
+            needs_fresh_views = True
             continue
-        if needs_fresh_views or not any(w.metadata_only for w in recorder.writes):
-            break
+        if not needs_fresh_views and any(w.metadata_only for w in recorder.writes):
+            needs_fresh_views = True
+            continue
+        if in_inference_mode and not watched and any(fake.requires_grad for fake in fakes):
+            watch_calls = True  # the function made an input require grad: its requires_grad_() calls matter
+            continue
+        break
 
     # Only outputs with a history differentiate the moved input (a returned leaf has none); under the
     # caller's inference_mode none has (collection runs outside it, under no_grad, where an enable_grad

@@ -19,6 +19,7 @@ import torch
 
 from meta.indices import IntermediateBase, UserArg, UserOut
 from meta.symbolic import resolve_sizes, symbolic_geometry
+from meta.versions import uncounted
 
 __all__ = [
     "ComputedAlias",
@@ -28,6 +29,7 @@ __all__ = [
     "TensorSpec",
     "ViewAndMutationMeta",
     "ViewStep",
+    "own_alias",
 ]
 
 
@@ -78,6 +80,11 @@ class ViewStep:
         if self.runtime_sizes:
             args, kwargs = resolve_sizes(args), {k: resolve_sizes(v) for k, v in kwargs.items()}
             from_geometry = resolve_sizes(from_geometry)
+        if self.in_place and tensor._base is None and not tensor.requires_grad:
+            # Eager changed a tensor of its own in place (no view, needing no grad): so does the replay, on an
+            # alias of ``tensor`` with a version counter of its own, leaving ``tensor`` (which may share the
+            # caller's counter, or be the base of other outputs) as it is.
+            tensor = own_alias(tensor)
         with torch.set_grad_enabled(self.grad_enabled):
             if from_geometry is not None:
                 size, stride, relative_offset = from_geometry
@@ -85,10 +92,7 @@ class ViewStep:
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and tensor._base is None and not result.requires_grad:
-            # An inference tensor's alias is one too (views of it are then no views, as eager's).
-            with torch.no_grad(), torch.inference_mode() if tensor.is_inference() else contextlib.nullcontext():
-                geometry = (result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
-                result = torch.empty(0, dtype=result.dtype, device=result.device).set_(*geometry)
+            result = own_alias(result, counted=True)  # (an out-of-place view op standing for the change)
         if self.requires_grad_set and result.is_leaf and not result.requires_grad:
             result.requires_grad_()
         return result
@@ -98,6 +102,17 @@ class ViewStep:
         args = ", ".join(map(repr, self.args))
         suffix = "" if self.item is None else f"[{self.item}]"
         return f"{name}({args}){suffix}"
+
+
+def own_alias(tensor: torch.Tensor, counted: bool = False) -> torch.Tensor:
+    """A tensor on ``tensor``'s memory in its geometry, no view of anything, with a version counter of its own:
+    0, or 1 if the ``set_()`` making it is ``counted``. An inference tensor's alias is one too (views of it are
+    then no views, as eager's)."""
+    with torch.no_grad(), torch.inference_mode() if tensor.is_inference() else contextlib.nullcontext():
+        geometry = (tensor.untyped_storage(), tensor.storage_offset(), tensor.shape, tensor.stride())
+        alias = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+        with contextlib.nullcontext() if counted else uncounted(alias):
+            return alias.set_(*geometry)
 
 
 def replay_views(

@@ -410,16 +410,19 @@ class _MovedHistories(TorchFunctionMode):
 
     def _view_stand_in(self, value: torch.Tensor) -> torch.Tensor:
         """A view with history of a moved leaf, taken before the move: eager's takes its history again from
-        the leaf in its new geometry (by strides), so its gradient reaches the elements it sits on there."""
+        the leaf in its new geometry (by strides), so its gradient reaches the elements it sits on there. Its
+        values stay its own: set_() moved the leaf, never the memory of views taken before."""
         if value._base is None or not value.requires_grad:
             return value
         for alias, leaf, is_leaf in self._moved.values():
-            if is_leaf and value is not alias and value._base is view_root(alias):
-                if value.dtype != alias.dtype:
-                    return value  # a view of another dtype: eager replays its view ops on the leaf, as fakes do
+            # (A view of another dtype, ``.imag`` say, is no as_strided of the leaf: eager replays its view ops.)
+            if is_leaf and value is not alias and value._base is view_root(alias) and value.dtype == alias.dtype:
                 moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
                 offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
-                return moved.as_strided(value.shape, value.stride(), offset)  # type: ignore[no-any-return]
+                stand_in: torch.Tensor = moved.as_strided(value.shape, value.stride(), offset)
+                with uncounted(stand_in), torch.no_grad():  # it writes nothing
+                    stand_in.set_(value)  # type: ignore[call-overload]
+                return stand_in
         return value
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

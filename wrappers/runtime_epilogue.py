@@ -27,7 +27,14 @@ from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
 from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
-from meta.view_and_mutation import OutputAliasInfo, OutputType, TensorSpec, ViewAndMutationMeta, replay_views
+from meta.view_and_mutation import (
+    OutputAliasInfo,
+    OutputType,
+    TensorSpec,
+    ViewAndMutationMeta,
+    own_alias,
+    replay_views,
+)
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
@@ -136,6 +143,7 @@ class RuntimeEpilogue:
             graph_outs, before = counters.call(inner, args, args)
             outs: list[Any] = [None] * len(plan)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
+            bases: dict[IntermediateBase, torch.Tensor] = {}  # hidden bases as eager's roots, by base index
             for out_idx, info in plan:
                 if info.output_type == OutputType.NON_ALIAS:
                     out = graph_outs[user_to_graph[UserOut(out_idx)]]
@@ -186,7 +194,9 @@ class RuntimeEpilogue:
                     outs[out_idx] = replay_views(outs[info.base_output], info.view_chain, made)
                 else:
                     assert info.base_intermediate is not None
-                    base = graph_outs[base_to_graph[info.base_intermediate]]
+                    if info.base_intermediate not in bases:
+                        bases[info.base_intermediate] = _as_root(graph_outs[base_to_graph[info.base_intermediate]])
+                    base = bases[info.base_intermediate]
                     if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]) and not base.requires_grad:
                         base.requires_grad_()  # its views require grad as eager's, from their base
                     outs[out_idx] = replay_views(base, info.view_chain, made)
@@ -219,6 +229,7 @@ class RuntimeEpilogue:
                 graph_outs = inner(source, args)
             source.line(f"{made} = {{}}")
             outs = [source.fresh(f"out{i}") for i in range(len(infos))]
+            base_vars: dict[IntermediateBase, str] = {}  # hidden bases as eager's roots, by base index
 
             def info_of(out_idx: int) -> str:
                 return source.const(meta.output_info[out_idx], f"info{out_idx}")
@@ -292,8 +303,12 @@ class RuntimeEpilogue:
                     source.line(f"{out} = {replay}({outs[info.base_output]}, {chain}, {made})")
                 else:
                     assert info.base_intermediate is not None
-                    base_var = source.fresh("base")
-                    source.line(f"{base_var} = {graph_outs}[{base_to_graph[info.base_intermediate]}]")
+                    if info.base_intermediate not in base_vars:
+                        base_vars[info.base_intermediate] = source.fresh("base")
+                        as_root = source.const(_as_root, "as_root")
+                        graph_base = f"{graph_outs}[{base_to_graph[info.base_intermediate]}]"
+                        source.line(f"{base_vars[info.base_intermediate]} = {as_root}({graph_base})")
+                    base_var = base_vars[info.base_intermediate]
                     if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]):
                         with source.block(f"if not {base_var}.requires_grad:"):
                             source.line(f"{base_var}.requires_grad_()  # its views require grad as eager's")
@@ -306,6 +321,13 @@ class RuntimeEpilogue:
             return result
 
         return emit
+
+
+def _as_root(base: torch.Tensor) -> torch.Tensor:
+    """A hidden intermediate base as eager's: the root of its outputs' views, no view itself. A graph output
+    sitting on an input's memory (a set_() onto the input) is a view of it, sharing its version counter:
+    without a history to keep, an alias with a counter of its own stands for it."""
+    return base if base._base is None or base.requires_grad else own_alias(base)
 
 
 def _made_a_leaf(info: OutputAliasInfo) -> bool:

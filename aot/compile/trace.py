@@ -221,12 +221,11 @@ def _trace_joint_once(
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
         cotangents = list(tangent_args)
-        if not grad_mode:
-            # Under no_grad only the enable_grad regions' outputs have history; a mutated input's new
-            # value is written back without one (its tangent is unused), and a view taken under no_grad of
-            # one requiring grad requires it, with no history either.
-            kept = [i for i, out in enumerate(differentiable) if out.requires_grad and out.grad_fn is not None]
-            differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
+        # Only outputs with a history take their tangent. Under no_grad only the enable_grad regions' outputs
+        # have one; a mutated input's new value is written back without one (its tangent is unused); and, in
+        # either mode, a view taken under no_grad of one requiring grad (a Function's output) has none.
+        kept = [i for i, out in enumerate(differentiable) if out.requires_grad and out.grad_fn is not None]
+        differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
         if differentiable and wants_grad:
             # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
             # the trace, and the caller makes the compiled backward raise it.
