@@ -1,0 +1,64 @@
+"""Backward errors as eager raises them (fuzz classes 2 and 7 of ``benchmarks/fuzz_findings.md``, seed 20):
+where eager's backward raises, the compiled backward raises the same type; where eager's runs, ours runs.
+Each case runs against eager with ``tests/oracle.py`` ``check_in_mode`` in training mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.functions import WithSign
+from tests.oracle import check_in_mode
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+# Class 2 (program 1899): a view made before requires_grad_() of its base, then an out= under no_grad resizes
+# the base to the view's shape: eager's history of the base (recorded at its old shape) refuses the gradient.
+def _function_then_base_resized_by_out(a0):
+    v0 = a0.diagonal()
+    a0.requires_grad_()
+    v1, v2 = WithSign.apply(a0)
+    with torch.no_grad():
+        torch.clamp(v0, min=0, out=a0)
+    return (a0, sum(t.real.sum() for t in (a0, v0, v1, v2)))
+
+
+def _block():
+    return (_randn(2, 3, 4),)
+
+
+# Class 7 (program 112): a transpose_() recorded under grad mode, then set_() under no_grad onto a clone of the
+# same geometry: eager's view of it differentiates through the new geometry and runs.
+def _transposed_then_set_to_clone(a0):
+    a0.transpose_(0, -1)
+    with torch.no_grad():
+        a0.set_(a0.clone())
+    return (a0.transpose(0, -1),)
+
+
+def _nonleaf_block():
+    return (_randn(4, 6).requires_grad_() * 1,)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="class 2: collect's eager backward on the fakes finds eager's error (meta.backward_error), but a "
+    "function that calls requires_grad_() on its input does not go through the forward-only runtime that "
+    "raises it: the compiled output's history (MulBackward0) runs",
+)
+def test_backward_through_base_resized_under_no_grad_raises() -> None:
+    check_in_mode(_function_then_base_resized_by_out, _block, "training")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="class 7: the compiled view of an input set_() under no_grad onto a clone replays its history with the "
+    "geometry the transpose_() left (AsStridedBackward0 of [4, 6]), so its backward refuses a [6, 4] gradient "
+    "that eager's accepts",
+)
+def test_backward_of_view_of_input_set_to_clone_runs() -> None:
+    check_in_mode(_transposed_then_set_to_clone, _nonleaf_block, "training")
