@@ -33,8 +33,8 @@ def _args() -> tuple[torch.Tensor, ...]:
 
 
 def test_generated_source_of_duplicated_aliased_mutated_inputs() -> None:
-    """The checked-in source shows a reader what one entry's call is: the dedupe and synthetic-base
-    layers called as they are (they emit no source yet), the epilogue and the core straight-line."""
+    """The checked-in source shows a reader what one entry's call is: every layer's part inlined, the
+    dedupe's and the epilogue's straight-line, the synthetic base's steps called from it."""
     compiled = check(duplicated_aliased_mutated, _args)
     (entry,) = compiled.entries
     expected = EXPECTED / "runtime_duplicated_aliased_mutated.py.txt"
