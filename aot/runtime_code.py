@@ -60,6 +60,23 @@ def fast_path_applies(leaves: Sequence[Any]) -> bool:
     return len(storages) == len(leaves)
 
 
+def _storage_address(tensor: torch.Tensor) -> int:
+    """The address of ``tensor``'s storage: equal for two tensors exactly when they share one."""
+    return tensor.untyped_storage()._cdata
+
+
+# torch's own accessor of the same address, where it has one: without making a storage object.
+_storage_address = getattr(torch._C, "_storage_address", _storage_address)
+
+
+def _strides_check(name: str, leaf: torch.Tensor) -> str:
+    """The expression checking ``name``'s strides are ``leaf``'s: contiguity, where that implies them (every
+    dimension longer than 1: only those of length 0 or 1 may take any stride in a contiguous tensor)."""
+    if leaf.is_contiguous() and all(size > 1 for size in leaf.shape):
+        return f"{name}.is_contiguous()"
+    return f"{name}.stride() == {tuple(leaf.stride())!r}"
+
+
 def entry_function(
     leaves: Sequence[torch.Tensor],
     emit: Emitter,
@@ -89,12 +106,12 @@ def entry_function(
             key = source.const(state_key(), "state")
             source.line(f"if {source.const(state_key, 'state_key')}() != {key}: return MISS")
         source.line(f"if {source.const(hooked, 'hooked')}(): return MISS")
-        tensor = source.const(torch.Tensor, "Tensor")
         for name, leaf in zip(names, leaves, strict=True):
             checks = [
-                f"isinstance({name}, {tensor})",
+                # The exact type: a subclass (or a parameter where a plain tensor was) takes the full check.
+                f"type({name}) is {source.const(type(leaf), type(leaf).__name__)}",
                 f"{name}.shape == {source.const(leaf.shape, 'size')}",
-                f"{name}.stride() == {tuple(leaf.stride())!r}",
+                _strides_check(name, leaf),
                 f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
                 f"{name}.is_cpu"
                 if leaf.device.type == "cpu"
@@ -105,6 +122,8 @@ def entry_function(
                 checks.append(f"{name}.is_leaf" if leaf.is_leaf else f"not {name}.is_leaf")
             else:
                 checks.append(f"not {name}.requires_grad")
+                # The signature tells views needing no grad apart (``requires_grad_()`` on one makes a leaf).
+                checks.append(f"{name}._is_view()" if leaf._is_view() else f"not {name}._is_view()")
             checks.append(f"not {name}.is_inference()")
             source.line(f"if not ({' and '.join(checks)}): return MISS")
         if names:
@@ -113,11 +132,13 @@ def entry_function(
             modules = source.const(sys.modules, "modules")
             source.line(f"if 'torch._dynamo' in {modules} and ({marked}): return MISS")
         if len(names) > 1:
-            storages = ", ".join(f"{name}.untyped_storage()._cdata" for name in names)
+            address = source.const(_storage_address, "storage")
+            storages = ", ".join(f"{address}({name})" for name in names)
             source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
     with source.block("except Exception:"):
         source.line("return MISS")
     source.line("# the call")
+    source.grad_mode = grad  # what the guard checked: the emitters below need not ask again
     tensors = source.fresh("tensors")
     source.line(f"{tensors} = [{', '.join(names)}]")
     outs = emit(source, tensors)
