@@ -698,6 +698,8 @@ def _uninitialized(module: torch.nn.Module) -> bool:
 class AOTModule(torch.nn.Module):
     """An ``nn.Module`` whose forward runs compiled; parameters and buffers are graph inputs."""
 
+    _module: torch.nn.Module  # ``orig_module``, as a plain attribute
+
     def __init__(self, module: torch.nn.Module, config: AOTConfig, program_key: str | None = None) -> None:
         super().__init__()
         self.orig_module = module

@@ -62,7 +62,8 @@ def fast_path_applies(leaves: Sequence[Any]) -> bool:
 
 def _storage_address(tensor: torch.Tensor) -> int:
     """The address of ``tensor``'s storage: equal for two tensors exactly when they share one."""
-    return tensor.untyped_storage()._cdata
+    address: int = tensor.untyped_storage()._cdata
+    return address
 
 
 # torch's own accessor of the same address, where it has one: without making a storage object.
