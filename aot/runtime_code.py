@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from meta.versions import counter_groups
 from wrappers.codegen import Emitter, Source
 
 __all__ = ["ENV_VAR", "MISS", "entry_function", "interpreted"]
@@ -46,18 +47,17 @@ def set_interpreted(value: bool) -> bool:
 
 
 def fast_path_applies(leaves: Sequence[Any]) -> bool:
-    """The guard's case: plain tensors, no two in one storage, no inference tensor, none marked dynamic."""
-    storages = set()
+    """The guard's case: plain tensors with storages, no inference tensor, none marked dynamic."""
     for leaf in leaves:
         if not isinstance(leaf, torch.Tensor) or leaf.is_inference() or leaf.is_sparse or leaf.is_nested:
             return False
         if getattr(leaf, "_dynamo_dynamic_indices", None):
             return False
         try:
-            storages.add(leaf.untyped_storage()._cdata)
+            leaf.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return False
-    return len(storages) == len(leaves)
+    return True
 
 
 def _storage_address(tensor: torch.Tensor) -> int:
@@ -76,6 +76,44 @@ def _strides_check(name: str, leaf: torch.Tensor) -> str:
     if leaf.is_contiguous() and all(size > 1 for size in leaf.shape):
         return f"{name}.is_contiguous()"
     return f"{name}.stride() == {tuple(leaf.stride())!r}"
+
+
+def _emit_storage_checks(source: Source, names: list[str], leaves: Sequence[torch.Tensor]) -> None:
+    """Which inputs share a storage, as the entry's; and of those, what the signature says of them
+    (``aot.signature``: which are the same object, their offsets, view-ness, shared version counters)."""
+    address = source.const(_storage_address, "storage")
+    groups: dict[int, list[int]] = {}
+    for position, leaf in enumerate(leaves):
+        groups.setdefault(_storage_address(leaf), []).append(position)
+    if len(groups) == len(leaves):
+        storages = ", ".join(f"{address}({name})" for name in names)
+        source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
+        return
+    shared = sorted(p for group in groups.values() if len(group) > 1 for p in group)
+    stores = [source.fresh(f"s{i}") for i in range(len(names))]
+    source.line(f"{', '.join(stores)}, = {', '.join(f'{address}({name})' for name in names)},")
+    source.line("# the storages shared as the entry's: the same within each group, distinct across groups")
+    for group in groups.values():
+        if len(group) > 1:
+            same = " and ".join(f"{stores[p]} == {stores[group[0]]}" for p in group[1:])
+            source.line(f"if not ({same}): return MISS")
+    firsts = ", ".join(stores[group[0]] for group in groups.values())
+    source.line(f"if len({{{firsts}}}) != {len(groups)}: return MISS")
+    checks = []
+    first_of: dict[int, int] = {}
+    for p in shared:
+        q = first_of.setdefault(id(leaves[p]), p)
+        if q != p:
+            checks.append(f"{names[p]} is {names[q]}")
+            continue
+        checks += [f"{names[p]} is not {names[r]}" for r in shared if r < p and first_of.get(id(leaves[r])) == r]
+        checks.append(f"{names[p]}.storage_offset() == {leaves[p].storage_offset()}")
+        checks.append(f"{names[p]}._is_view()" if leaves[p]._is_view() else f"not {names[p]}._is_view()")
+    source.line(f"if not ({' and '.join(checks)}): return MISS  # the same objects, offsets, view-ness")
+    counters = source.const(counter_groups, "counter_groups")
+    expected = counter_groups([leaves[p] for p in shared])
+    listed = ", ".join(names[p] for p in shared)
+    source.line(f"if {counters}([{listed}]) != {expected!r}: return MISS  # the version counters they share")
 
 
 def entry_function(
@@ -133,9 +171,7 @@ def entry_function(
             modules = source.const(sys.modules, "modules")
             source.line(f"if 'torch._dynamo' in {modules} and ({marked}): return MISS")
         if len(names) > 1:
-            address = source.const(_storage_address, "storage")
-            storages = ", ".join(f"{address}({name})" for name in names)
-            source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
+            _emit_storage_checks(source, names, leaves)
     with source.block("except Exception:"):
         source.line("return MISS")
     source.line("# the call")

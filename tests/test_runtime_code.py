@@ -237,19 +237,53 @@ PROGRAMS = {
 }
 
 
+def _seeded(make: Callable[[], tuple]) -> Callable[[], tuple]:
+    """``make``, drawing the same values at every call: for eager and each compiled run."""
+
+    def seeded() -> tuple:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return make()
+
+    return seeded
+
+
 @pytest.mark.parametrize("mode", ["training", "no_grad"])
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_layer_generated_equals_interpreted_and_eager(name: str, mode: str) -> None:
     fn, make_random_args = PROGRAMS[name]
-
-    def make_args() -> tuple:  # the same values for eager and each compiled run
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            return make_random_args()
-
+    make_args = _seeded(make_random_args)
     with torch.no_grad() if mode == "no_grad" else contextlib.nullcontext():
         compiled = check(fn, make_args, backward=mode == "training", calls=3)
     for entry in compiled.entries:
         assert entry.runtime is not entry.reference_runtime
         # Every layer's part is inlined: none is called as its interpreted closure around the code below.
         assert "aotfx_below_" not in entry.runtime_source, entry.runtime_source
+
+
+def test_guard_of_inputs_sharing_storage_misses_what_the_signature_tells_apart() -> None:
+    """Overlapping inputs take the guarded call too: which share a storage, which are one object, their
+    offsets, view-ness and shared version counters are the entry's, or the call takes the full check."""
+    compiled = aot.aot_function(overlapping_one_written, aot.nop)
+    w = torch.randn(4, requires_grad=True)
+
+    def views(root: torch.Tensor, first: int, second: int) -> tuple:
+        return root[first : first + 4], root[second : second + 4], w
+
+    calls: list[Callable[[], tuple]] = [
+        lambda: views(torch.randn(6), 0, 1),
+        lambda: views(torch.randn(6), 0, 1),  # the guarded call
+        lambda: views(torch.randn(6), 0, 2),  # another offset
+        lambda: (lambda r: (r[:4], r[:4], w))(torch.randn(6)),  # two views, one place: other overlaps
+        lambda: (lambda r: (r, r, w))(torch.randn(4)),  # one object twice
+        lambda: (lambda r: (r[:4], r.detach()[1:5], w))(torch.randn(6)),  # a detach() shares the counter
+        lambda: (lambda r: (r[:4], r.data[1:5], w))(torch.randn(6)),  # .data has a counter of its own
+        lambda: (torch.randn(6)[:4], torch.randn(6)[1:5], w),  # no storage shared
+        lambda: views(torch.randn(6), 0, 1),
+    ]
+    for make in calls:
+        check(overlapping_one_written, _seeded(make), compiled_fn=compiled, calls=1)
+    assert compiled._fast is not None
+    keys = len(compiled._cache)
+    check(overlapping_one_written, _seeded(calls[0]), compiled_fn=compiled, calls=2)
+    assert len(compiled._cache) == keys
