@@ -99,8 +99,9 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
 
 def _span(members: Sequence[torch.Tensor], infos: Sequence[InputAliasInfo]) -> tuple[int, int]:
     """The storage interval the base covers: the members' elements, or from 0 if offsets matter."""
-    start = min(storage_extent(m)[0] for m in members)
-    end = max(storage_extent(m)[1] for m in members)
+    extents = [storage_extent(m) for m in members]  # at every call: once each
+    start = min(extent[0] for extent in extents)
+    end = max(extent[1] for extent in extents)
     if any(info.offset_sensitive for info in infos):
         size = members[0].element_size()
         return 0, max(end, *(-(-info.storage_reach // size) for info in infos))
