@@ -2,10 +2,11 @@
 
 ``AOTFunction.__call__`` first tries the function of the entry it used last. Its
 guard compares only what can differ from that entry's signature (``aot.signature``),
-for the common case of a flat tuple of tensors that share no storage: each tensor's
-shape, strides, dtype, device, ``requires_grad`` (and leafness where it matters),
-that none is an inference tensor or marked dynamic, that their storages are
-distinct, the grad and inference modes, the module modes and hooks. Passing the
+for a flat tuple of tensors: each tensor's exact type, shape, strides, dtype, device,
+``requires_grad`` (and leafness or view-ness where the signature has it), that none
+is an inference tensor or marked dynamic, which share a storage (and of those: which
+are one object, their offsets, view-ness and shared version counters), the grad and
+inference modes, the module modes and hooks. Passing the
 guard implies the full signature equals the entry's; failing it says nothing: the
 call falls back to the full signature and the entry table (a new entry where none
 matches). The call itself is the layers' generated code (``wrappers.codegen``), then

@@ -85,7 +85,7 @@ def test_guard_misses_take_the_full_check() -> None:
     shared = torch.randn(8, 4)
     check(plain, lambda: (shared[:3], shared[3:7, :].t().contiguous().t().clone()), compiled_fn=compiled, calls=1)
     storage = torch.randn(32)
-    # Two inputs in one storage: not the guard's case, the full signature says which entry.
+    # Two inputs in one storage: the guard checks the sharing, a new entry for it.
     check(plain, lambda: (storage[:12].view(3, 4), storage[12:32].view(4, 5)), compiled_fn=compiled, calls=2)
 
 
