@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import operator
 import os
 import threading
 import time
@@ -706,11 +707,16 @@ def _uninitialized(module: torch.nn.Module) -> bool:
 class AOTModule(torch.nn.Module):
     """An ``nn.Module`` whose forward runs compiled; parameters and buffers are graph inputs."""
 
+    _module: torch.nn.Module  # ``orig_module``, as a plain attribute
+
     def __init__(self, module: torch.nn.Module, config: AOTConfig, program_key: str | None = None) -> None:
         super().__init__()
         self.orig_module = module
         groups = _named_tensors(module)
         self._groups = groups
+        # Where each graph input is read from at every call: its first binding.
+        self._bindings = [group[0] for group in groups]
+        object.__setattr__(self, "_module", module)  # a plain attribute: read at every call
         names = [self._qualified(module, owner, attr) for owner, attr, _ in (group[0] for group in groups)]
         num = len(groups)
 
@@ -721,8 +727,10 @@ class AOTModule(torch.nn.Module):
 
         submodules = [m for _, m in module.named_modules(remove_duplicate=False)]
 
+        training = operator.attrgetter("training")
+
         def modes() -> Hashable:
-            return tuple(m.training for m in submodules)
+            return tuple(map(training, submodules))
 
         self._compiled = AOTFunction(
             functional_call, config, leading_names=names, state_key=modes, program_key=program_key, module=module
@@ -738,7 +746,7 @@ class AOTModule(torch.nn.Module):
 
     def _current_tensors(self) -> list[torch.Tensor]:
         tensors: list[torch.Tensor] = []
-        for owner, attr, is_buffer in (group[0] for group in self._groups):
+        for owner, attr, is_buffer in self._bindings:
             tensor = (owner._buffers if is_buffer else owner._parameters)[attr]
             assert tensor is not None, f"{attr} of {type(owner).__name__} was set to None"
             tensors.append(tensor)
@@ -751,7 +759,16 @@ class AOTModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._lazy:
             self._initialize_lazy(args, kwargs)
-        return call_with_hooks(self.orig_module, self._call_compiled, args, kwargs)
+        module = self._module  # not ``orig_module``: a submodule's lookup goes through nn.Module.__getattr__
+        hooked = module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
+        fast = self._compiled._fast
+        if fast is None or kwargs or hooked or module._backward_pre_hooks:
+            return call_with_hooks(module, self._call_compiled, args, kwargs)
+        # The hot case, as ``_call_compiled`` then ``AOTFunction.__call__`` would run it: the last entry's guarded
+        # call (a parameter set to None fails its guard: the full path below says so).
+        tensors = [(owner._buffers if buffer else owner._parameters)[attr] for owner, attr, buffer in self._bindings]
+        result = fast((*tensors, *args))
+        return result if result is not runtime_code.MISS else self._call_compiled(*args)
 
     def _call_compiled(self, *args: Any, **kwargs: Any) -> Any:
         # Parameters read after the pre-hooks: they may swap them (FSDP gathers the unsharded ones).

@@ -2,10 +2,11 @@
 
 ``AOTFunction.__call__`` first tries the function of the entry it used last. Its
 guard compares only what can differ from that entry's signature (``aot.signature``),
-for the common case of a flat tuple of tensors that share no storage: each tensor's
-shape, strides, dtype, device, ``requires_grad`` (and leafness where it matters),
-that none is an inference tensor or marked dynamic, that their storages are
-distinct, the grad and inference modes, the module modes and hooks. Passing the
+for a flat tuple of tensors: each tensor's exact type, shape, strides, dtype, device,
+``requires_grad`` (and leafness or view-ness where the signature has it), that none
+is an inference tensor or marked dynamic, which share a storage (and of those: which
+are one object, their offsets, view-ness and shared version counters), the grad and
+inference modes, the module modes and hooks. Passing the
 guard implies the full signature equals the entry's; failing it says nothing: the
 call falls back to the full signature and the entry table (a new entry where none
 matches). The call itself is the layers' generated code (``wrappers.codegen``), then
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from meta.storage import how_made
+from meta.versions import counter_groups
 from wrappers.codegen import Emitter, Source
 
 __all__ = ["ENV_VAR", "MISS", "entry_function", "interpreted"]
@@ -47,18 +49,73 @@ def set_interpreted(value: bool) -> bool:
 
 
 def fast_path_applies(leaves: Sequence[Any]) -> bool:
-    """The guard's case: plain tensors, no two in one storage, no inference tensor, none marked dynamic."""
-    storages = set()
+    """The guard's case: plain tensors with storages, no inference tensor, none marked dynamic."""
     for leaf in leaves:
         if not isinstance(leaf, torch.Tensor) or leaf.is_inference() or leaf.is_sparse or leaf.is_nested:
             return False
         if getattr(leaf, "_dynamo_dynamic_indices", None):
             return False
         try:
-            storages.add(leaf.untyped_storage()._cdata)
+            leaf.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return False
-    return len(storages) == len(leaves)
+    return True
+
+
+def _storage_address(tensor: torch.Tensor) -> int:
+    """The address of ``tensor``'s storage: equal for two tensors exactly when they share one."""
+    address: int = tensor.untyped_storage()._cdata
+    return address
+
+
+# torch's own accessor of the same address, where it has one: without making a storage object.
+_storage_address = getattr(torch._C, "_storage_address", _storage_address)
+
+
+def _strides_check(name: str, leaf: torch.Tensor) -> str:
+    """The expression checking ``name``'s strides are ``leaf``'s: contiguity, where that implies them (every
+    dimension longer than 1: only those of length 0 or 1 may take any stride in a contiguous tensor)."""
+    if leaf.is_contiguous() and all(size > 1 for size in leaf.shape):
+        return f"{name}.is_contiguous()"
+    return f"{name}.stride() == {tuple(leaf.stride())!r}"
+
+
+def _emit_storage_checks(source: Source, names: list[str], leaves: Sequence[torch.Tensor]) -> None:
+    """Which inputs share a storage, as the entry's; and of those, what the signature says of them
+    (``aot.signature``: which are the same object, their offsets, view-ness, shared version counters)."""
+    address = source.const(_storage_address, "storage")
+    groups: dict[int, list[int]] = {}
+    for position, leaf in enumerate(leaves):
+        groups.setdefault(_storage_address(leaf), []).append(position)
+    if len(groups) == len(leaves):
+        storages = ", ".join(f"{address}({name})" for name in names)
+        source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
+        return
+    shared = sorted(p for group in groups.values() if len(group) > 1 for p in group)
+    stores = [source.fresh(f"s{i}") for i in range(len(names))]
+    source.line(f"{', '.join(stores)}, = {', '.join(f'{address}({name})' for name in names)},")
+    source.line("# the storages shared as the entry's: the same within each group, distinct across groups")
+    for group in groups.values():
+        if len(group) > 1:
+            same = " and ".join(f"{stores[p]} == {stores[group[0]]}" for p in group[1:])
+            source.line(f"if not ({same}): return MISS")
+    firsts = ", ".join(stores[group[0]] for group in groups.values())
+    source.line(f"if len({{{firsts}}}) != {len(groups)}: return MISS")
+    checks = []
+    first_of: dict[int, int] = {}
+    for p in shared:
+        q = first_of.setdefault(id(leaves[p]), p)
+        if q != p:
+            checks.append(f"{names[p]} is {names[q]}")
+            continue
+        checks += [f"{names[p]} is not {names[r]}" for r in shared if r < p and first_of.get(id(leaves[r])) == r]
+        checks.append(f"{names[p]}.storage_offset() == {leaves[p].storage_offset()}")
+        checks.append(f"{names[p]}._is_view()" if leaves[p]._is_view() else f"not {names[p]}._is_view()")
+    source.line(f"if not ({' and '.join(checks)}): return MISS  # the same objects, offsets, view-ness")
+    counters = source.const(counter_groups, "counter_groups")
+    expected = counter_groups([leaves[p] for p in shared])
+    listed = ", ".join(names[p] for p in shared)
+    source.line(f"if {counters}([{listed}]) != {expected!r}: return MISS  # the version counters they share")
 
 
 def entry_function(
@@ -90,12 +147,12 @@ def entry_function(
             key = source.const(state_key(), "state")
             source.line(f"if {source.const(state_key, 'state_key')}() != {key}: return MISS")
         source.line(f"if {source.const(hooked, 'hooked')}(): return MISS")
-        tensor = source.const(torch.Tensor, "Tensor")
         for name, leaf in zip(names, leaves, strict=True):
             checks = [
-                f"isinstance({name}, {tensor})",
+                # The exact type: a subclass (or a parameter where a plain tensor was) takes the full check.
+                f"type({name}) is {source.const(type(leaf), type(leaf).__name__)}",
                 f"{name}.shape == {source.const(leaf.shape, 'size')}",
-                f"{name}.stride() == {tuple(leaf.stride())!r}",
+                _strides_check(name, leaf),
                 f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
                 f"{name}.is_cpu"
                 if leaf.device.type == "cpu"
@@ -108,6 +165,8 @@ def entry_function(
                 checks.append(f"{source.const(how_made, 'how_made')}({name}) == {how_made(leaf)}")
             else:
                 checks.append(f"not {name}.requires_grad")
+                # The signature tells views needing no grad apart (``requires_grad_()`` on one makes a leaf).
+                checks.append(f"{name}._is_view()" if leaf._is_view() else f"not {name}._is_view()")
             checks.append(f"not {name}.is_inference()")
             source.line(f"if not ({' and '.join(checks)}): return MISS")
         if names:
@@ -116,11 +175,11 @@ def entry_function(
             modules = source.const(sys.modules, "modules")
             source.line(f"if 'torch._dynamo' in {modules} and ({marked}): return MISS")
         if len(names) > 1:
-            storages = ", ".join(f"{name}.untyped_storage()._cdata" for name in names)
-            source.line(f"if len({{{storages}}}) != {len(names)}: return MISS  # no two share storage")
+            _emit_storage_checks(source, names, leaves)
     with source.block("except Exception:"):
         source.line("return MISS")
     source.line("# the call")
+    source.grad_mode = grad  # what the guard checked: the emitters below need not ask again
     tensors = source.fresh("tensors")
     source.line(f"{tensors} = [{', '.join(names)}]")
     outs = emit(source, tensors)

@@ -3,13 +3,16 @@ and the interpreted reference it is generated from (the oracle runs both on ever
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
+import pytest
 import torch
 
 import aot
@@ -33,8 +36,8 @@ def _args() -> tuple[torch.Tensor, ...]:
 
 
 def test_generated_source_of_duplicated_aliased_mutated_inputs() -> None:
-    """The checked-in source shows a reader what one entry's call is: the dedupe and synthetic-base
-    layers called as they are (they emit no source yet), the epilogue and the core straight-line."""
+    """The checked-in source shows a reader what one entry's call is: every layer's part inlined, the
+    dedupe's and the epilogue's straight-line, the synthetic base's steps called from it."""
     compiled = check(duplicated_aliased_mutated, _args)
     (entry,) = compiled.entries
     expected = EXPECTED / "runtime_duplicated_aliased_mutated.py.txt"
@@ -82,7 +85,7 @@ def test_guard_misses_take_the_full_check() -> None:
     shared = torch.randn(8, 4)
     check(plain, lambda: (shared[:3], shared[3:7, :].t().contiguous().t().clone()), compiled_fn=compiled, calls=1)
     storage = torch.randn(32)
-    # Two inputs in one storage: not the guard's case, the full signature says which entry.
+    # Two inputs in one storage: the guard checks the sharing, a new entry for it.
     check(plain, lambda: (storage[:12].view(3, 4), storage[12:32].view(4, 5)), compiled_fn=compiled, calls=2)
 
 
@@ -149,3 +152,138 @@ def test_a_tensor_marked_dynamic_misses_the_guard() -> None:
     torch._dynamo.mark_dynamic(marked, 0)
     compiled(marked, w)
     assert any(entry.dynamic_positions for entry in compiled.entries)
+
+
+# Programs whose every layer has a part to play: each runs generated (the full check, then the guarded call
+# where the guard applies) and interpreted, against eager, in grad mode and under no_grad.
+def dedupe_written(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    a.add_(1)
+    return a * b, b
+
+
+def dedupe_read(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
+    return (a * b + c).sum(), a.view(-1)
+
+
+def transposed_in_place(x: torch.Tensor, y: torch.Tensor) -> tuple:
+    x.t_()
+    return x @ y, x
+
+
+def unsqueezed_and_written(x: torch.Tensor) -> tuple:
+    x.unsqueeze_(0)
+    x.mul_(2)
+    return (x.sum(),)
+
+
+def requires_grad_inside(x: torch.Tensor, w: torch.Tensor) -> tuple:
+    y = x * 2
+    x.requires_grad_()
+    return x * w + y, y
+
+
+def grown(x: torch.Tensor) -> tuple:
+    x.resize_(8)
+    x[4:].fill_(1.0)
+    return (x * 2,)
+
+
+def overlapping_one_written(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> tuple:
+    a.mul_(2)
+    return (b * w).sum(), a
+
+
+def four_aliased_two_written(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> tuple:
+    a.add_(1)
+    c.mul_(2)
+    return b * d, c.view(-1), a
+
+
+def view_and_base_written(base: torch.Tensor, view: torch.Tensor) -> tuple:
+    view.add_(1)
+    return base.sum(), view.t()
+
+
+def _overlapping(members: int, grad: bool) -> Callable[[], tuple]:
+    def make() -> tuple:
+        root = torch.randn(4 + members, requires_grad=grad)
+        base = root * 1 if grad else root
+        return tuple(base[k : k + 4] for k in range(members))
+
+    return make
+
+
+PROGRAMS = {
+    "dedupe_written": (dedupe_written, lambda: (lambda a: (a, a))(torch.randn(3))),
+    "dedupe_read": (dedupe_read, lambda: (lambda a: (a, a, torch.randn(3, requires_grad=True)))(torch.randn(3))),
+    "dedupe_grad": (dedupe_read, lambda: (lambda a: (a, a, a))(torch.randn(3, requires_grad=True))),
+    "transposed_in_place": (transposed_in_place, lambda: (torch.randn(2, 3), torch.randn(2, 4, requires_grad=True))),
+    "unsqueezed_and_written": (unsqueezed_and_written, lambda: (torch.randn(3),)),
+    "requires_grad_inside": (requires_grad_inside, lambda: (torch.randn(3), torch.randn(3, requires_grad=True))),
+    "grown": (grown, lambda: (torch.randn(4),)),
+    "overlapping_one_written": (
+        overlapping_one_written,
+        lambda: (*_overlapping(2, False)(), torch.randn(4, requires_grad=True)),
+    ),
+    "overlapping_with_grad": (
+        overlapping_one_written,
+        lambda: (*_overlapping(2, True)(), torch.randn(4, requires_grad=True)),
+    ),
+    "four_aliased_two_written": (four_aliased_two_written, _overlapping(4, True)),
+    "view_and_base_written": (
+        view_and_base_written,
+        lambda: (lambda b: (b, b[:, 1:]))(torch.randn(2, 3, requires_grad=True) * 1),
+    ),
+}
+
+
+def _seeded(make: Callable[[], tuple]) -> Callable[[], tuple]:
+    """``make``, drawing the same values at every call: for eager and each compiled run."""
+
+    def seeded() -> tuple:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return make()
+
+    return seeded
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad"])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_every_layer_generated_equals_interpreted_and_eager(name: str, mode: str) -> None:
+    fn, make_random_args = PROGRAMS[name]
+    make_args = _seeded(make_random_args)
+    with torch.no_grad() if mode == "no_grad" else contextlib.nullcontext():
+        compiled = check(fn, make_args, backward=mode == "training", calls=3)
+    for entry in compiled.entries:
+        assert entry.runtime is not entry.reference_runtime
+        # Every layer's part is inlined: none is called as its interpreted closure around the code below.
+        assert "aotfx_below_" not in entry.runtime_source, entry.runtime_source
+
+
+def test_guard_of_inputs_sharing_storage_misses_what_the_signature_tells_apart() -> None:
+    """Overlapping inputs take the guarded call too: which share a storage, which are one object, their
+    offsets, view-ness and shared version counters are the entry's, or the call takes the full check."""
+    compiled = aot.aot_function(overlapping_one_written, aot.nop)
+    w = torch.randn(4, requires_grad=True)
+
+    def views(root: torch.Tensor, first: int, second: int) -> tuple:
+        return root[first : first + 4], root[second : second + 4], w
+
+    calls: list[Callable[[], tuple]] = [
+        lambda: views(torch.randn(6), 0, 1),
+        lambda: views(torch.randn(6), 0, 1),  # the guarded call
+        lambda: views(torch.randn(6), 0, 2),  # another offset
+        lambda: (lambda r: (r[:4], r[:4], w))(torch.randn(6)),  # two views, one place: other overlaps
+        lambda: (lambda r: (r, r, w))(torch.randn(4)),  # one object twice
+        lambda: (lambda r: (r[:4], r.detach()[1:5], w))(torch.randn(6)),  # a detach() shares the counter
+        lambda: (lambda r: (r[:4], r.data[1:5], w))(torch.randn(6)),  # .data has a counter of its own
+        lambda: (torch.randn(6)[:4], torch.randn(6)[1:5], w),  # no storage shared
+        lambda: views(torch.randn(6), 0, 1),
+    ]
+    for make in calls:
+        check(overlapping_one_written, _seeded(make), compiled_fn=compiled, calls=1)
+    assert compiled._fast is not None
+    keys = len(compiled._cache)
+    check(overlapping_one_written, _seeded(calls[0]), compiled_fn=compiled, calls=2)
+    assert len(compiled._cache) == keys

@@ -47,6 +47,8 @@ class Source:
         self._by_id: dict[int, str] = {}
         self._used: set[str] = set()
         self._indent = 1
+        # The grad mode the code emitted next runs in, where a guard above checked it; None: unknown.
+        self.grad_mode: bool | None = None
 
     def fresh(self, hint: str) -> str:
         """A variable name not used yet in this function."""

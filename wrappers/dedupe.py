@@ -15,6 +15,7 @@ import torch
 from meta.indices import DedupedArg, IndexMap, UserArg
 from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo
 from wrappers.base import Runtime, Stage
+from wrappers.codegen import Emitter, Source
 
 __all__ = ["Dedupe"]
 
@@ -76,3 +77,15 @@ class Dedupe:
             return inner([args[position] for position in kept])
 
         return run
+
+    def emit_post_compile(self, inner: Emitter) -> Emitter:
+        """``post_compile``'s ``run``: the kept positions (its whole plan) baked in."""
+        kept = self.kept
+
+        def emit(source: Source, args: str) -> str:
+            inner_args = source.fresh("deduped")
+            source.line(f"# dedupe: {len(self.to_inner)} arguments, {len(kept)} distinct tensors")
+            source.line(f"{inner_args} = [{', '.join(f'{args}[{position}]' for position in kept)}]")
+            return inner(source, inner_args)
+
+        return emit

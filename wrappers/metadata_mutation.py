@@ -57,10 +57,14 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
+from wrappers.codegen import Emitter, Source
 from wrappers.history import GradientTo
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
+
+# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before.
+_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...]]
 
 
 class MetadataMutation:
@@ -85,6 +89,7 @@ class MetadataMutation:
         self._grad_from_inside: tuple[UserArg, ...] = ()
         # Inputs whose history set_() moves (``InputAliasInfo.moves_history``): their bases are passed too.
         self._moved: tuple[UserArg, ...] = ()
+        self._steps: tuple[Any, Any] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
         outer = self._requiring_grad_first(outer)
@@ -259,7 +264,8 @@ class MetadataMutation:
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
-        def run(args: list[torch.Tensor]) -> list[Any]:
+        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
+            """Before the inner call: its arguments (restrided inputs, moved ones' bases), and what ``leave`` reads."""
             targets = [args[arg_idx] for arg_idx, _ in final]
             # Under dynamic shapes, this call's values of the final geometries: read before any input changes.
             geometries = [resolve_sizes(info.final_metadata) for _, info in final]
@@ -271,7 +277,11 @@ class MetadataMutation:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
             counters.restore(args, before)
-            inner_outs = inner(inner_args)
+            return inner_args, (targets, geometries, before)
+
+        def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
+            """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
+            targets, geometries, before = entered
             num_kept = len(split.kept)
             new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
             inner_outs = inner_outs[:num_kept]
@@ -332,9 +342,61 @@ class MetadataMutation:
                 counters.finish(args, before)
             return outs
 
+        # The call's plan, in two steps the generated code calls too (``emit_post_compile``).
+        self._steps = (enter, leave)
+
+        def run(args: list[torch.Tensor]) -> list[Any]:
+            inner_args, entered = enter(args)
+            return leave(args, inner(inner_args), entered)
+
         # After the restride: eager changed the geometry before requires_grad_() (the other order raises).
         grown = _growing_storages(run, self._grown) if self._grown else run
         return _setting_requires_grad(grown, self._requires_grad_set)
+
+    def emit_post_compile(self, inner: Emitter) -> Emitter:
+        """``post_compile``'s runtime with the layers below inlined: the same plan (inputs requiring grad
+        first, storages grown, the geometry steps, inputs requiring grad after), read from the source."""
+        first, grown, steps, after = self._grad_from_inside, self._grown, self._steps, self._requires_grad_set
+        names = [info.name for info in self._meta.input_info] if self._meta is not None else []
+
+        def emit(source: Source, args: str) -> str:
+            if first:
+                source.line("# metadata mutation: inputs the function calls requires_grad_() on require grad first")
+                targets = source.fresh("requiring")
+                listed = ", ".join(f"{args}[{i}]" for i in first)
+                t = source.fresh("t")
+                source.line(f"{targets} = [{t} for {t} in ({listed},) if not {t}.requires_grad]")
+                with source.block(f"for {t} in {targets}:"):
+                    source.line(f"{t}.requires_grad_()")
+                with source.block("try:"):
+                    outs = emit_rest(source, args)
+                with source.block("except BaseException:"):
+                    with source.block(f"for {t} in {targets}:"):
+                        source.line(f"{t}.requires_grad_(False)")
+                    source.line("raise")
+                return outs
+            return emit_rest(source, args)
+
+        def emit_rest(source: Source, args: str) -> str:
+            if grown:
+                source.line(f"{source.const(_grow_storages, 'grow_storages')}({args}, {source.const(grown, 'grown')})")
+            if steps is None:
+                outs = inner(source, args)
+            else:
+                enter, leave = steps
+                changed = ", ".join(names[i] for i in self._mutated)
+                source.line(f"# metadata mutation: {changed} restrided as eager leaves them")
+                inner_args, entered = source.fresh("aliased"), source.fresh("entered")
+                source.line(f"{inner_args}, {entered} = {source.const(enter, 'enter_geometry')}({args})")
+                inner_outs = inner(source, inner_args)
+                outs = source.fresh("outs")
+                source.line(f"{outs} = {source.const(leave, 'final_geometry')}({args}, {inner_outs}, {entered})")
+            for i in after:
+                with source.block(f"if not {args}[{i}].requires_grad:"):
+                    source.line(f"{args}[{i}].requires_grad_()")
+            return outs
+
+        return emit
 
 
 def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any]) -> torch.Tensor | None:

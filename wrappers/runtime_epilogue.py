@@ -32,6 +32,7 @@ from meta.view_and_mutation import (
     OutputType,
     TensorSpec,
     ViewAndMutationMeta,
+    ViewStep,
     own_alias,
     replay_views,
 )
@@ -52,7 +53,7 @@ class RuntimeEpilogue:
         self._base_to_graph: IndexMap[IntermediateBase, GraphOut] = IndexMap()
         self._mutated_to_graph: IndexMap[UserArg, GraphOut] = IndexMap()
         self._counter_groups: list[int] = []
-        self._emit_plan: tuple[Counters, list[tuple[UserArg, GraphOut, Any]], list[Any]] | None = None
+        self._plan: _Plan | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta = outer.meta
@@ -120,7 +121,6 @@ class RuntimeEpilogue:
         assert meta is not None, "post_compile before pre_compile"
         user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
         writes = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
-        write_infos = [info for _, _, info in writes]
         # Inputs eager wrote or whose version counter it moved: views of them are replayed at eager's version.
         moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
         counters = Counters([(i, meta.input_info[i].version_bumps) for i in moved], self._counter_groups)
@@ -136,87 +136,30 @@ class RuntimeEpilogue:
         set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
         if not counters and not hidden_views and not set_inside and len(user_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
-        plan = list(enumerate(meta.output_info))
-        self._emit_plan = (counters, writes, write_infos)
+        plan = _plan(meta, counters, user_to_graph, base_to_graph, writes)
+        self._plan = plan
 
         def run(args: list[torch.Tensor]) -> list[Any]:
             graph_outs, before = counters.call(inner, args, args)
-            outs: list[Any] = [None] * len(plan)
+            outs: list[Any] = [None] * len(meta.output_info)
             made: dict[int, torch.Tensor] = {}  # view objects of this call, by traced step key
-            bases: dict[IntermediateBase, torch.Tensor] = {}  # hidden bases as eager's roots, by base index
-            for out_idx, info in plan:
-                if info.output_type == OutputType.NON_ALIAS:
-                    out = graph_outs[user_to_graph[UserOut(out_idx)]]
-                    out = out.view_as(out) if info.hidden_view else out
-                    outs[out_idx] = info.with_requires_grad_set_inside(out)
-                elif info.replay_before_write_back:
-                    assert info.base_input is not None
-                    base_input = info.base_input
-                    outs[out_idx] = replay_views(
-                        args[base_input], info.view_chain, made, counters.before_of(before, base_input)
-                    )
-            if writes:
-                write_back([args[arg] for arg, _, _ in writes], [graph_outs[out] for _, out, _ in writes], write_infos)
-                counters.finish(args, before)
-            for out_idx, info in plan:
-                kind = info.output_type
-                alias = info.computed_alias
-                if alias is not None:
-                    # The graph computed it (on a copy, if the input is written): eager's aliases the caller's.
-                    of_input = replay_views(args[alias.base_input], alias.view_chain, made)
-                    if alias.in_place:
-                        with uncounted(of_input):  # eager's in-place write was counted already (the write-back)
-                            outs[out_idx] = with_history(AdoptHistory, of_input, outs[out_idx])
-                    elif info.is_leaf and of_input.is_leaf:
-                        outs[out_idx] = of_input  # a view of it taken under no_grad: no history, as eager's
-                    else:
-                        outs[out_idx] = with_history(ViewWithHistory, of_input, outs[out_idx])
-                if info.on_storage is not None:
-                    # The graph computed it; eager's sits on the grown memory the graph returned whole.
-                    base_k, step = info.on_storage
-                    on_memory = replay_views(graph_outs[base_to_graph[base_k]], (step,), made)
-                    with uncounted(on_memory):
-                        outs[out_idx] = with_history(AdoptHistory, on_memory, outs[out_idx])
-                if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
-                    continue
-                if kind == OutputType.IS_INPUT:
-                    assert info.base_input is not None
-                    outs[out_idx] = args[info.base_input]
-                elif kind == OutputType.ALIAS_OF_INPUT:
-                    assert info.base_input is not None
-                    base_input = info.base_input
-                    out = replay_views(args[base_input], info.view_chain, made, counters.before_of(before, base_input))
-                    outs[out_idx] = info.with_requires_grad_set_inside(out)
-                elif kind == OutputType.IS_OUTPUT:
-                    assert info.base_output is not None
-                    outs[out_idx] = outs[info.base_output]
-                elif info.base_output is not None:
-                    outs[out_idx] = replay_views(outs[info.base_output], info.view_chain, made)
-                else:
-                    assert info.base_intermediate is not None
-                    if info.base_intermediate not in bases:
-                        bases[info.base_intermediate] = _as_root(graph_outs[base_to_graph[info.base_intermediate]])
-                    base = bases[info.base_intermediate]
-                    if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]) and not base.requires_grad:
-                        base.requires_grad_()  # its views require grad as eager's, from their base
-                    outs[out_idx] = replay_views(base, info.view_chain, made)
+            for step in plan.steps:
+                step.run(args, graph_outs, outs, made, before)
             counters.finish(args, before)
             return outs
 
         return run
 
     def emit_post_compile(self, inner: Emitter) -> Emitter | None:
-        """``post_compile``'s ``run`` as straight-line source: its per-output branches decided here, once."""
-        meta, plan = self._outer_meta, self._emit_plan
-        assert meta is not None and plan is not None, "emit_post_compile before post_compile"
-        counters, writes, write_infos = plan
-        user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
-        infos = list(enumerate(meta.output_info))
+        """``post_compile``'s ``run`` as straight-line source: the same plan, each step's line emitted."""
+        plan = self._plan
+        assert plan is not None, "emit_post_compile before post_compile"
+        counters, num_outs = plan.counters, len(plan.infos)
 
         def emit(source: Source, args: str) -> str:
             source.line("# runtime epilogue: input write-back, outputs that alias inputs or intermediates")
             c = source.const(counters, "counters") if counters else ""
-            replay, made, before = source.const(replay_views, "replay_views"), source.fresh("made"), "None"
+            before = "None"
             if counters:
                 before = source.fresh("before")
                 source.line(f"{before} = {c}.start({args})")
@@ -227,100 +170,216 @@ class RuntimeEpilogue:
                     source.line("raise")
             else:
                 graph_outs = inner(source, args)
-            source.line(f"{made} = {{}}")
-            outs = [source.fresh(f"out{i}") for i in range(len(infos))]
-            base_vars: dict[IntermediateBase, str] = {}  # hidden bases as eager's roots, by base index
-
-            def info_of(out_idx: int) -> str:
-                return source.const(meta.output_info[out_idx], f"info{out_idx}")
-
-            def version_of(position: int) -> str:
-                slot = counters.slot_of(position)
-                return "None" if slot is None else f"{before}[{slot}]"
-
-            for out_idx, info in infos:
-                out = outs[out_idx]
-                if info.output_type == OutputType.NON_ALIAS:
-                    source.line(f"{out} = {graph_outs}[{user_to_graph[UserOut(out_idx)]}]")
-                    if info.hidden_view:
-                        source.line(f"{out} = {out}.view_as({out})")
-                    if info.is_differentiable:
-                        source.line(f"{out} = {info_of(out_idx)}.with_requires_grad_set_inside({out})")
-                elif info.replay_before_write_back:
-                    assert info.base_input is not None
-                    chain = source.const(info.view_chain, "chain")
-                    base = info.base_input
-                    source.line(f"{out} = {replay}({args}[{base}], {chain}, {made}, {version_of(base)})")
-            if writes:
-                targets = ", ".join(f"{args}[{arg}]" for arg, _, _ in writes)
-                values = ", ".join(f"{graph_outs}[{graph_out}]" for _, graph_out, _ in writes)
-                write = source.const(write_back, "write_back")
-                source.line(f"{write}([{targets}], [{values}], {source.const(write_infos, 'write_infos')})")
-                source.line(f"{c}.finish({args}, {before})")
-            for out_idx, info in infos:
-                out, kind, alias = outs[out_idx], info.output_type, info.computed_alias
-                if alias is not None:
-                    if kind != OutputType.NON_ALIAS and not info.replay_before_write_back:
-                        source.line(f"{out} = None")
-                    chain = source.const(alias.view_chain, "chain")
-                    of_input = source.fresh("of_input")
-                    source.line(f"{of_input} = {replay}({args}[{alias.base_input}], {chain}, {made})")
-                    history = source.const(with_history, "with_history")
-                    if alias.in_place:
-                        with source.block(f"with {source.const(uncounted, 'uncounted')}({of_input}):"):
-                            adopt = source.const(AdoptHistory, "AdoptHistory")
-                            source.line(f"{out} = {history}({adopt}, {of_input}, {out})")
-                    else:
-                        view = source.const(ViewWithHistory, "ViewWithHistory")
-                        with_view = f"{history}({view}, {of_input}, {out})"
-                        if info.is_leaf:  # a view of it taken under no_grad: no history, as eager's
-                            with_view = f"{of_input} if {of_input}.is_leaf else {with_view}"
-                        source.line(f"{out} = {with_view}")
-                if info.on_storage is not None:
-                    if kind != OutputType.NON_ALIAS and not info.replay_before_write_back and alias is None:
-                        source.line(f"{out} = None")
-                    base_k, step = info.on_storage
-                    on_memory, steps = source.fresh("on_memory"), source.const((step,), "chain")
-                    source.line(f"{on_memory} = {replay}({graph_outs}[{base_to_graph[base_k]}], {steps}, {made})")
-                    history = source.const(with_history, "with_history")
-                    with source.block(f"with {source.const(uncounted, 'uncounted')}({on_memory}):"):
-                        adopt = source.const(AdoptHistory, "AdoptHistory")
-                        source.line(f"{out} = {history}({adopt}, {on_memory}, {out})")
-                if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
-                    continue
-                if kind == OutputType.IS_INPUT:
-                    source.line(f"{out} = {args}[{info.base_input}]")
-                elif kind == OutputType.ALIAS_OF_INPUT:
-                    assert info.base_input is not None
-                    chain, base = source.const(info.view_chain, "chain"), info.base_input
-                    source.line(f"{out} = {replay}({args}[{base}], {chain}, {made}, {version_of(base)})")
-                    source.line(f"{out} = {info_of(out_idx)}.with_requires_grad_set_inside({out})")
-                elif kind == OutputType.IS_OUTPUT:
-                    assert info.base_output is not None
-                    source.line(f"{out} = {outs[info.base_output]}")
-                elif info.base_output is not None:
-                    chain = source.const(info.view_chain, "chain")
-                    source.line(f"{out} = {replay}({outs[info.base_output]}, {chain}, {made})")
-                else:
-                    assert info.base_intermediate is not None
-                    if info.base_intermediate not in base_vars:
-                        base_vars[info.base_intermediate] = source.fresh("base")
-                        as_root = source.const(_as_root, "as_root")
-                        graph_base = f"{graph_outs}[{base_to_graph[info.base_intermediate]}]"
-                        source.line(f"{base_vars[info.base_intermediate]} = {as_root}({graph_base})")
-                    base_var = base_vars[info.base_intermediate]
-                    if _made_a_leaf(meta.intermediate_bases[info.base_intermediate]):
-                        with source.block(f"if not {base_var}.requires_grad:"):
-                            source.line(f"{base_var}.requires_grad_()  # its views require grad as eager's")
-                    chain = source.const(info.view_chain, "chain")
-                    source.line(f"{out} = {replay}({base_var}, {chain}, {made})")
+            names = _Names(source, args, graph_outs, source.fresh("made"), before, num_outs)
+            source.line(f"{names.made} = {{}}")
+            for step in plan.steps:
+                step.emit(names)
             if counters:
                 source.line(f"{c}.finish({args}, {before})")
             result = source.fresh("outs")
-            source.line(f"{result} = [{', '.join(outs)}]")
+            source.line(f"{result} = [{', '.join(names.outs)}]")
             return result
 
         return emit
+
+
+class _Names:
+    """The generated function's variables a step's line reads and writes."""
+
+    def __init__(self, source: Source, args: str, graph_outs: str, made: str, before: str, num_outs: int) -> None:
+        self.source, self.args, self.graph_outs, self.made, self.before = source, args, graph_outs, made, before
+        self.outs = [source.fresh(f"out{i}") for i in range(num_outs)]
+        self.replay = source.const(replay_views, "replay_views")
+        self.assigned: set[int] = set()
+        self.roots: dict[int, str] = {}  # hidden bases as eager's roots, by graph output
+
+    def value(self, out: int) -> str:
+        """Output ``out``'s variable, or None where no step has set it yet (as ``run``'s list holds)."""
+        return self.outs[out] if out in self.assigned else "None"
+
+    def at(self, slot: int | None) -> str:
+        return "None" if slot is None else f"{self.before}[{slot}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """One step of the epilogue's call, decided once: ``run`` does it, ``emit`` writes its line(s).
+
+    ``op`` names it; ``out`` is the output it sets (-1: none); ``source`` the graph output, input or output
+    it reads; ``chain`` the views it replays; ``slot`` the counter (in ``Counters.read``'s order) whose value
+    before the call the replay is taken at; ``flag`` what the op says it means.
+    """
+
+    op: str
+    out: int = -1
+    source: int = -1
+    chain: tuple[ViewStep, ...] = ()
+    slot: int | None = None
+    flag: bool = False
+    info: OutputAliasInfo | None = None
+    writes: tuple[tuple[int, int], ...] = ()  # write_back: (input, graph output)
+    write_infos: tuple[Any, ...] = ()
+    counters: Counters | None = None  # finish: the plan's counters, set to eager's values after the write-back
+
+    def run(self, args: list[Any], graph_outs: list[Any], outs: list[Any], made: dict[int, Any], before: Any) -> None:
+        op, info = self.op, self.info
+        at = None if self.slot is None else before[self.slot]
+        if op == "graph":  # a computed output (``flag``: returned as a view of itself, a Function's view)
+            assert info is not None
+            out = graph_outs[self.source]
+            outs[self.out] = info.with_requires_grad_set_inside(out.view_as(out) if self.flag else out)
+        elif op == "replay_input":  # a view of an input, replayed (``flag``: requires grad set inside)
+            out = replay_views(args[self.source], self.chain, made, at)
+            outs[self.out] = info.with_requires_grad_set_inside(out) if self.flag and info is not None else out
+        elif op == "write_back":
+            write_back([args[i] for i, _ in self.writes], [graph_outs[g] for _, g in self.writes], self.write_infos)
+        elif op == "finish":
+            assert self.counters is not None
+            self.counters.finish(args, before)
+        elif op == "function_view":  # a Function's view of an input: eager's aliases the caller's tensor
+            assert info is not None
+            of_input = replay_views(args[self.source], self.chain, made)
+            if self.flag:  # in place: eager's write was counted already (the write-back)
+                with uncounted(of_input):
+                    outs[self.out] = with_history(AdoptHistory, of_input, outs[self.out])
+            elif info.is_leaf and of_input.is_leaf:
+                outs[self.out] = of_input  # a view of it taken under no_grad: no history, as eager's
+            else:
+                outs[self.out] = with_history(ViewWithHistory, of_input, outs[self.out])
+        elif op == "on_storage":  # computed, but eager's sits on the grown memory the graph returned whole
+            on_memory = replay_views(graph_outs[self.source], self.chain, made)
+            with uncounted(on_memory):
+                outs[self.out] = with_history(AdoptHistory, on_memory, outs[self.out])
+        elif op == "input":
+            outs[self.out] = args[self.source]
+        elif op == "output":
+            outs[self.out] = outs[self.source]
+        elif op == "replay_output":
+            outs[self.out] = replay_views(outs[self.source], self.chain, made)
+        else:
+            assert op == "replay_intermediate", op
+            key = -2 - self.source  # the hidden base as eager's root, made once per call (step keys are >= 0)
+            base = made.get(key)
+            if base is None:
+                base = made[key] = _as_root(graph_outs[self.source])
+            if self.flag and not base.requires_grad:
+                base.requires_grad_()  # a leaf made inside: its views require grad as eager's, from their base
+            outs[self.out] = replay_views(base, self.chain, made)
+
+    def emit(self, n: _Names) -> None:
+        op, info, source = self.op, self.info, n.source
+        out = n.outs[self.out] if self.out >= 0 else ""
+        current = n.value(self.out) if self.out >= 0 else ""
+        if self.out >= 0:
+            n.assigned.add(self.out)
+        chain = source.const(self.chain, "chain") if self.chain else ""
+        if op == "graph":
+            assert info is not None
+            source.line(f"{out} = {n.graph_outs}[{self.source}]")
+            if self.flag:
+                source.line(f"{out} = {out}.view_as({out})")
+            if info.is_differentiable:  # else with_requires_grad_set_inside returns it as it is
+                source.line(f"{out} = {source.const(info, f'info{self.out}')}.with_requires_grad_set_inside({out})")
+        elif op == "replay_input":
+            source.line(f"{out} = {n.replay}({n.args}[{self.source}], {chain}, {n.made}, {n.at(self.slot)})")
+            if self.flag and info is not None:
+                source.line(f"{out} = {source.const(info, f'info{self.out}')}.with_requires_grad_set_inside({out})")
+        elif op == "write_back":
+            targets = ", ".join(f"{n.args}[{i}]" for i, _ in self.writes)
+            values = ", ".join(f"{n.graph_outs}[{g}]" for _, g in self.writes)
+            write, infos = source.const(write_back, "write_back"), source.const(self.write_infos, "write_infos")
+            source.line(f"{write}([{targets}], [{values}], {infos})")
+        elif op == "finish":
+            source.line(f"{source.const(self.counters, 'counters')}.finish({n.args}, {n.before})")
+        elif op in ("function_view", "on_storage"):
+            assert info is not None
+            base = f"{n.args}[{self.source}]" if op == "function_view" else f"{n.graph_outs}[{self.source}]"
+            of = source.fresh("of_input" if op == "function_view" else "on_memory")
+            source.line(f"{of} = {n.replay}({base}, {chain}, {n.made})")
+            history = source.const(with_history, "with_history")
+            if op == "on_storage" or self.flag:
+                with source.block(f"with {source.const(uncounted, 'uncounted')}({of}):"):
+                    source.line(f"{out} = {history}({source.const(AdoptHistory, 'AdoptHistory')}, {of}, {current})")
+            else:
+                with_view = f"{history}({source.const(ViewWithHistory, 'ViewWithHistory')}, {of}, {current})"
+                if info.is_leaf:  # a view of it taken under no_grad: no history, as eager's
+                    with_view = f"{of} if {of}.is_leaf else {with_view}"
+                source.line(f"{out} = {with_view}")
+        elif op == "input":
+            source.line(f"{out} = {n.args}[{self.source}]")
+        elif op == "output":
+            source.line(f"{out} = {n.outs[self.source]}")
+        elif op == "replay_output":
+            source.line(f"{out} = {n.replay}({n.outs[self.source]}, {chain}, {n.made})")
+        else:
+            assert op == "replay_intermediate", op
+            base = n.roots.get(self.source, "")
+            if not base:  # the hidden base as eager's root, made once per call
+                base = n.roots[self.source] = source.fresh("base")
+                source.line(f"{base} = {source.const(_as_root, 'as_root')}({n.graph_outs}[{self.source}])")
+            if self.flag:
+                with source.block(f"if not {base}.requires_grad:"):
+                    source.line(f"{base}.requires_grad_()  # its views require grad as eager's")
+            source.line(f"{out} = {n.replay}({base}, {chain}, {n.made})")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    counters: Counters
+    infos: tuple[OutputAliasInfo, ...]
+    steps: tuple[_Step, ...]
+
+
+def _plan(
+    meta: ViewAndMutationMeta,
+    counters: Counters,
+    user_to_graph: IndexMap[UserOut, GraphOut],
+    base_to_graph: IndexMap[IntermediateBase, GraphOut],
+    writes: list[tuple[UserArg, GraphOut, Any]],
+) -> _Plan:
+    """The epilogue's call as steps, in order: outputs the graph computed and views replayed before the
+    write-back, the write-back, then the outputs tied to inputs, other outputs and intermediates."""
+    steps: list[_Step] = []
+    infos = meta.output_info
+    for out_idx, info in enumerate(infos):
+        if info.output_type == OutputType.NON_ALIAS:
+            steps.append(_Step("graph", out_idx, user_to_graph[UserOut(out_idx)], flag=info.hidden_view, info=info))
+        elif info.replay_before_write_back:
+            assert info.base_input is not None
+            slot = counters.slot_of(info.base_input)
+            steps.append(_Step("replay_input", out_idx, info.base_input, info.view_chain, slot, info=info))
+    if writes:
+        pairs = tuple((int(arg), int(graph_out)) for arg, graph_out, _ in writes)
+        steps.append(_Step("write_back", writes=pairs, write_infos=tuple(info for _, _, info in writes)))
+        steps.append(_Step("finish", counters=counters))
+    for out_idx, info in enumerate(infos):
+        kind, alias = info.output_type, info.computed_alias
+        if alias is not None:
+            chain = alias.view_chain
+            steps.append(_Step("function_view", out_idx, alias.base_input, chain, flag=alias.in_place, info=info))
+        if info.on_storage is not None:
+            base_k, view = info.on_storage
+            steps.append(_Step("on_storage", out_idx, base_to_graph[base_k], (view,), info=info))
+        if kind == OutputType.NON_ALIAS or info.replay_before_write_back:
+            continue
+        if kind == OutputType.IS_INPUT:
+            assert info.base_input is not None
+            steps.append(_Step("input", out_idx, info.base_input))
+        elif kind == OutputType.ALIAS_OF_INPUT:
+            assert info.base_input is not None
+            slot = counters.slot_of(info.base_input)
+            steps.append(_Step("replay_input", out_idx, info.base_input, info.view_chain, slot, True, info))
+        elif kind == OutputType.IS_OUTPUT:
+            assert info.base_output is not None
+            steps.append(_Step("output", out_idx, info.base_output))
+        elif info.base_output is not None:
+            steps.append(_Step("replay_output", out_idx, info.base_output, info.view_chain))
+        else:
+            assert info.base_intermediate is not None
+            made_leaf = _made_a_leaf(meta.intermediate_bases[info.base_intermediate])
+            graph_out = base_to_graph[info.base_intermediate]
+            steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf))
+    return _Plan(counters, tuple(infos), tuple(steps))
 
 
 def _as_root(base: torch.Tensor) -> torch.Tensor:

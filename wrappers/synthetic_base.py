@@ -38,6 +38,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
+from wrappers.codegen import Emitter, Source
 from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, with_history
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import write_back
@@ -98,8 +99,9 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
 
 def _span(members: Sequence[torch.Tensor], infos: Sequence[InputAliasInfo]) -> tuple[int, int]:
     """The storage interval the base covers: the members' elements, or from 0 if offsets matter."""
-    start = min(storage_extent(m)[0] for m in members)
-    end = max(storage_extent(m)[1] for m in members)
+    extents = [storage_extent(m) for m in members]  # at every call: once each
+    start = min(extent[0] for extent in extents)
+    end = max(extent[1] for extent in extents)
     if any(info.offset_sensitive for info in infos):
         size = members[0].element_size()
         return 0, max(end, *(-(-info.storage_reach // size) for info in infos))
@@ -196,6 +198,7 @@ class SyntheticBase:
         self._counter_groups: list[int] = []
         self._rerouted: tuple[UserArg, ...] = ()
         self._own_leaves: set[UserArg] = set()  # those that are leaves: passed themselves
+        self._steps: tuple[Any, Counters, Any] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
         meta, args = outer.meta, outer.args
@@ -321,7 +324,11 @@ class SyntheticBase:
         bumps = [(m, meta.input_info[m].version_bumps) for m in members]
         counters = Counters(bumps, self._counter_groups, moved_inside)
 
-        def run(args: list[torch.Tensor]) -> list[Any]:
+        own_leaves = self._own_leaves
+
+        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[InputAliasInfo]]:
+            """Before the inner call: its arguments (plain inputs, a base per cluster, own bases), and the
+            tensors the new values are written back into, with their infos."""
             bases = []
             spans = []
             targets: list[torch.Tensor] = []
@@ -337,8 +344,17 @@ class SyntheticBase:
                 else:
                     targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
-            own = _own_bases(args, rerouted, self._own_leaves, clusters, spans)
-            inner_outs, before = counters.call(inner, [*(args[arg] for arg in plain), *bases, *own], args)
+            own = _own_bases(args, rerouted, own_leaves, clusters, spans)
+            return [*(args[arg] for arg in plain), *bases, *own], targets, target_infos
+
+        def leave(
+            args: list[torch.Tensor],
+            inner_outs: list[Any],
+            before: tuple[int, ...],
+            targets: list[torch.Tensor],
+            target_infos: list[InputAliasInfo],
+        ) -> list[Any]:
+            """After the inner call: the write-back, the outputs rebuilt on the caller's tensors."""
             made: dict[int, torch.Tensor] = {}
 
             def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
@@ -374,7 +390,47 @@ class SyntheticBase:
                     outs[i] = outs[info.base_output]
             return outs
 
+        # The call's plan, in three steps the generated code calls too (``emit_post_compile``).
+        self._steps = (enter, counters, leave)
+
+        def run(args: list[torch.Tensor]) -> list[Any]:
+            inner_args, targets, target_infos = enter(args)
+            inner_outs, before = counters.call(inner, inner_args, args)
+            return leave(args, inner_outs, before, targets, target_infos)
+
         return run
+
+    def emit_post_compile(self, inner: Emitter) -> Emitter:
+        """``post_compile``'s ``run`` with the layers below inlined: the same steps, called from the source."""
+        assert self._steps is not None, "emit_post_compile before post_compile"
+        enter, counters, leave = self._steps
+        merged = ", ".join(
+            "(" + ", ".join(self._meta.input_info[m].name for m in c.members) + ")"  # type: ignore[union-attr]
+            for c in self._clusters
+        )
+
+        def emit(source: Source, args: str) -> str:
+            source.line(f"# synthetic base: {merged} merged, one base each")
+            inner_args, targets, infos = source.fresh("based"), source.fresh("targets"), source.fresh("target_infos")
+            source.line(f"{inner_args}, {targets}, {infos} = {source.const(enter, 'merge_bases')}({args})")
+            before = source.fresh("before")
+            if counters:
+                c = source.const(counters, "counters")
+                source.line(f"{before} = {c}.start({args})")
+                with source.block("try:"):
+                    inner_outs = inner(source, inner_args)
+                with source.block("except BaseException:"):
+                    source.line(f"{c}.restore({args}, {before})")
+                    source.line("raise")
+            else:
+                source.line(f"{before} = ()")
+                inner_outs = inner(source, inner_args)
+            outs = source.fresh("outs")
+            leave_name = source.const(leave, "write_back_members")
+            source.line(f"{outs} = {leave_name}({args}, {inner_outs}, {before}, {targets}, {infos})")
+            return outs
+
+        return emit
 
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:

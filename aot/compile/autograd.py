@@ -51,7 +51,10 @@ def fresh_outputs(outputs: Sequence[Any], inputs: Sequence[Any] = ()) -> list[An
     eager mutated the metadata in place (``matmul``'s ``squeeze_``); its ``_base``
     would leak. ``detach()`` keeps the memory and drops the view relation.
     """
-    if not any(isinstance(out, torch.Tensor) and out._is_view() for out in outputs):
+    for out in outputs:  # a loop, not any(...): this runs at every call
+        if isinstance(out, torch.Tensor) and out._is_view():
+            break
+    else:
         return list(outputs)  # the common case: no view, the inputs' storages are not needed
     storages = {t.untyped_storage()._cdata for t in inputs if isinstance(t, torch.Tensor)}
     return [
@@ -330,6 +333,9 @@ def make_training_runtime(
         apply = source.const(CompiledFunction.apply, "compiled_function")
         grad_on, enable = source.const(torch.is_grad_enabled, "grad_on"), source.const(torch.enable_grad, "enable_grad")
         outs = source.fresh("outs")
+        if source.grad_mode is True:  # the guard checked it
+            source.line(f"{outs} = list({apply}(*{args}))")
+            return outs
         with source.block(f"if {grad_on}():"):
             source.line(f"{outs} = list({apply}(*{args}))")
         with source.block("else:"):

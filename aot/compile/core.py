@@ -191,6 +191,9 @@ def runtime_from_graphs(
             source.const(torch._C._set_grad_enabled, "set_grad_enabled"),
         )
         outs, mode = source.fresh("outs"), source.fresh("grad_mode")
+        if source.grad_mode is False:  # the guard checked it: no mode to set, nor to restore
+            source.line(f"{outs} = {fresh}({graph}(list({args})))")
+            return outs
         source.line(f"{mode} = {grad_on}()")
         source.line(f"{set_grad}(False)")
         with source.block("try:"):
