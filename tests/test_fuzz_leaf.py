@@ -245,10 +245,6 @@ def _nonleaf(*shape: int) -> tuple[torch.Tensor]:
     return (torch.randn(*shape, generator=_gen()).requires_grad_() * 1,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a view of an input that is no view, the input restrided in grad mode: the view is not regenerated",
-)
 @pytest.mark.parametrize("fn", [_view_then_base_restrided, _complex_view_then_base_restrided])
 def test_view_then_base_restrided(fn) -> None:
     check_in_mode(fn, lambda: _nonleaf(3, 4), "training")
