@@ -212,6 +212,11 @@ class RequiresGradCalls(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# Set on an alias a layer hands the function in place of an input that is no view (``wrappers.metadata_mutation``):
+# eager takes the views of that input again from the input itself, so views of the alias are followed as its.
+STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
+
+
 class FreshViews(TorchFunctionMode):
     """Read a view whose geometry changed in place through a fresh view of its base.
 
@@ -246,6 +251,8 @@ class FreshViews(TorchFunctionMode):
         # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
         # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
         self._dtype_of_base: dict[int, torch.Tensor] = {}
+        # Views (by id) taken from an alias standing for an input that is no view: (the view, that alias).
+        self._of_stand_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
         # needing no grad), and their version then: (the view, that version).
         self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
@@ -269,6 +276,14 @@ class FreshViews(TorchFunctionMode):
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
+        stand_in = self._of_stand_in.get(id(tensor))
+        if stand_in is not None and stand_in[0] is tensor and id(stand_in[1]) in self._changed:
+            if torch.is_grad_enabled() and tensor.requires_grad:
+                # Eager's input is the view's base: its history is taken again from the input's current one.
+                fresh = _reinterpreted(self.fresh(stand_in[1]), tensor.dtype, _geometry(tensor))
+                if self._on_fresh is not None:
+                    self._on_fresh(fresh, tensor)
+                return fresh
         base = tensor._base
         if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
             return tensor
@@ -383,6 +398,12 @@ class FreshViews(TorchFunctionMode):
             return
         if first._base is None and out.dtype != first.dtype:
             self._dtype_of_base[id(out)] = out
+        of_stand_in = self._of_stand_in.get(id(first))
+        stand_in = of_stand_in[1] if of_stand_in is not None and of_stand_in[0] is first else None
+        if getattr(first, STANDS_FOR_NO_VIEW, False) and out.dtype == first.dtype:
+            stand_in = first  # (one of another dtype is taken again by its dtype view op: not followed)
+        if stand_in is not None and _reinterpretable(stand_in.dtype, out.dtype):
+            self._of_stand_in[id(out)] = (out, stand_in)
         leaf_view = first._base is not None and first.requires_grad and not first._base.requires_grad
         if leaf_view and out.requires_grad and out.dtype == first.dtype:
             self._of_leaf_views[id(out)] = (out, out._version)

@@ -41,6 +41,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
+from meta.collect import STANDS_FOR_NO_VIEW
 from meta.errors import UnsupportedMutationError
 from meta.indices import UserArg, UserOut
 from meta.storage import view_root, whole_storage
@@ -423,6 +424,8 @@ def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
         creation = torch._C._autograd._get_creation_meta(arg)
         if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
             torch._C._autograd._set_creation_meta(alias, creation)
+    if arg._base is None:
+        setattr(alias, STANDS_FOR_NO_VIEW, True)
     return alias
 
 
