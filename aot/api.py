@@ -44,7 +44,8 @@ from aot.signature import input_signature
 from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
 from aot.wrapped_scalars import scalar_inputs, specialized
 from meta import symbolic
-from meta.collect import CALLER_IN_INFERENCE_MODE, collect_meta
+from meta.collect import collect_meta
+from meta.storage import CALLER_IN_INFERENCE_MODE
 from meta.symbolic import Guard
 from wrappers import Stage, compile_through, default_layers
 from wrappers.base import compile_generated

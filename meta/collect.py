@@ -1,6 +1,6 @@
 """Fill ``ViewAndMutationMeta`` by running the flat function once on fake tensors.
 
-A dispatch mode under the function records two things per ATen call: which
+A dispatch mode under the function (``meta.recorder.ViewRecorder``) records two things per ATen call: which
 tensors an op writes (its schema's alias annotations) and which tensor each view
 was taken from, with the op and arguments to take it again. From those:
 
@@ -19,37 +19,37 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch._prims_common import corresponding_real_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils._pytree import tree_flatten
 
 from meta import symbolic
-from meta.alias import written_positions
-from meta.errors import UnsupportedMutationError, UnsupportedOperatorError
+from meta.eager_state import (
+    aten,
+    geometry_of,
+    history_of,
+    is_leaf_safely,
+    saved_tensor_hooks_suspended,
+)
+from meta.errors import UnsupportedMutationError
+from meta.fresh_views import FreshViews, RequiresGradCalls
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import IntermediateBase, UserArg, UserOut
-from meta.out_resize import resize_outs_as_eager
 from meta.overlap import (
     EagerOverlapChecks,
-    dispatched_argument,
-    eager_overlap_error,
     is_overlap_error,
-    order_dependent_read,
 )
+from meta.recorder import ViewRecorder, Write
+from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
     fake_inputs,
     has_version_counter,
     intersect,
     offset_of,
-    storage_extent,
     storage_key,
     touch_interval,
     view_root,
 )
-from meta.storage_set import STORAGE_SET_OPS, StorageOwners, history_taken_again
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -60,835 +60,12 @@ from meta.view_and_mutation import (
     ViewStep,
     replay_views,
 )
-from meta.write_order import refuse_order_dependent_writes, refuse_self_overlapping_writes
 
-__all__ = [
-    "ABSOLUTE_OFFSET_OPS",
-    "CALLER_IN_INFERENCE_MODE",
-    "FreshViews",
-    "ViewRecorder",
-    "collect_meta",
-    "raised_by_eager_backward",
-    "records",
-    "saved_tensor_hooks_suspended",
-]
-
-
-def records() -> bool:
-    """Whether autograd records the ops run now: grad mode on, and not inference mode (where an
-    ``enable_grad`` region turns grad mode on, yet no built-in op records)."""
-    return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-
-
-@contextlib.contextmanager
-def saved_tensor_hooks_suspended() -> Iterator[None]:
-    """Take the caller's saved-tensor hooks off while tracing, so they are not traced into graphs.
-
-    They still apply at runtime, to what the compiled forward saves.
-    """
-    autograd = torch._C._autograd
-    hooks = []
-    while (top := autograd._top_saved_tensors_default_hooks(True)) is not None:
-        hooks.append(top)
-        autograd._pop_saved_tensors_default_hooks()
-    try:
-        yield
-    finally:
-        for pack, unpack in reversed(hooks):
-            autograd._push_saved_tensors_default_hooks(pack, unpack)
-
-
-def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), offset_of(tensor)
-
-
-_aten = torch.ops.aten
-
-# Ops whose result depends on where a tensor sits in its storage (absolute storage offsets),
-# not only on its own geometry: a program using them on an input is specialized on its offset.
-ABSOLUTE_OFFSET_OPS = frozenset(
-    {
-        _aten.as_strided.default,
-        _aten.as_strided_.default,
-        _aten.as_strided_scatter.default,
-        _aten.as_strided_copy.default,
-        _aten.set_.source_Storage_storage_offset,
-        _aten.set_.source_Storage,
-        # After ``t.set_(source)`` t sits at source's absolute offset: within one storage (inputs sharing
-        # it) the write-back must follow it there, not stay at t's own old region.
-        _aten.set_.source_Tensor,
-    }
-)
-
-# In-place view methods: they change a tensor's geometry, which autograd on fake tensors
-# does not carry into the view's replay function (see ``FreshViews``).
-_INPLACE_VIEW_METHODS = frozenset(
-    {
-        "t_",
-        "transpose_",
-        "swapdims_",
-        "swapaxes_",
-        "unsqueeze_",
-        "squeeze_",
-        "as_strided_",
-        "resize_",
-        "resize_as_",
-        "set_",
-    }
-)
-_RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+__all__ = ["collect_meta", "raised_by_eager_backward"]
 # Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
 _GROWN_ROOT_KEY = 2**50
 # ``set_``'s out-of-place twins, as a recorded step of a view chain.
-_SET_TWINS = frozenset({_aten.set.source_Tensor, _aten.set.source_Storage, _aten.set.source_Storage_storage_offset})
-_SET_OPS = frozenset(
-    {_aten.set_.source_Tensor, _aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset, _aten.set_.default}
-)
-# Methods that must act on the user's tensor object itself, never on a stand-in.
-_OWN_OBJECT_METHODS = frozenset(
-    # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
-    {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
-    | {"untyped_storage", "size", "dim", "numel", "_is_view"}
-    # detach() records nothing: eager reads no history of its argument (a stale view's included), and a view
-    # without history needs no fresh stand-in.
-    | {"detach"}
-)
-
-
-# Tensor attributes that are views (``x.real`` is ``view_as_real`` then ``select``): read from a fresh view too.
-_VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
-
-
-def _is_view_attribute(func: Any) -> bool:
-    attribute = getattr(func, "__self__", None)
-    return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
-
-
-_CreationMeta = torch._C._autograd.CreationMeta
-
-
-def _creation(view: torch.Tensor) -> Any:
-    return torch._C._autograd._get_creation_meta(view)
-
-
-def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
-    """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
-    if base == dtype:
-        return True
-    if dtype.is_complex:
-        return base == corresponding_real_dtype(dtype)
-    return base.is_complex and dtype == corresponding_real_dtype(base)
-
-
-def _reinterpreted(
-    base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
-) -> torch.Tensor:
-    """A view of ``base`` in ``dtype`` (``_reinterpretable``) with ``geometry`` (in ``dtype``'s elements),
-    history reaching ``base``: as_strided keeps the dtype; a complex view of real memory is
-    ``view_as_complex`` of its real pairs, a real one of complex memory is taken from ``view_as_real``."""
-    size, stride, offset = geometry
-    if base.dtype == dtype:
-        return base.as_strided(size, stride, offset)
-    if dtype.is_complex:
-        pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
-        return torch.view_as_complex(pairs)
-    return torch.view_as_real(base).as_strided(size, stride, offset)
-
-
-class RequiresGradCalls(TorchFunctionMode):
-    """Records the tensors the function calls ``requires_grad_()`` on. Under the caller's inference mode a view
-    of an input requiring grad requires none until then; collection runs outside it, where such a view
-    requires grad already and the call changes nothing to see."""
-
-    def __init__(self, called: dict[int, torch.Tensor]) -> None:
-        super().__init__()
-        self._called = called
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
-            if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
-                self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor
-        return func(*args, **kwargs)
-
-
-# Set on an alias a layer hands the function in place of an input that is no view (``wrappers.metadata_mutation``):
-# eager takes the views of that input again from the input itself, so views of the alias are followed as its.
-STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
-
-
-class FreshViews(TorchFunctionMode):
-    """Read a view whose geometry changed in place through a fresh view of its base.
-
-    Autograd on fake tensors does not update a view's replay function when an
-    in-place view op (``t_``, ``unsqueeze_``, ``as_strided_`` ...) changes the
-    view's geometry, so a later write through it, or a gradient through it,
-    uses the old geometry and fails. Real tensors have no such problem. So
-    after such a change, every op on the view (while tracing or collecting
-    meta) gets ``base.as_strided(view's current geometry)`` in its place:
-    the same memory, with autograd history regenerated as eager regenerates it.
-
-    A changed view made a leaf (``requires_grad_()`` on a view of memory needing
-    no grad) keeps no view history: views taken from it are taken again from it
-    instead (its *anchor*), not from its base.
-    """
-
-    def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
-        super().__init__()
-        # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
-        self._changed: dict[int, torch.Tensor] = {}
-        self._changed_bases: dict[int, torch.Tensor] = {}
-        # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
-        self._on_fresh = on_fresh
-        # A view's geometries before each change autograd recorded (grad mode, the view requiring grad):
-        # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
-        # view's history), so elements the old geometry does not span get no gradient.
-        self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
-        # Views set_() moved to other memory under no_grad (their history is taken again from their base).
-        self._moved_under_no_grad: set[int] = set()
-        # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
-        self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
-        # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
-        self._dtype_of_base: dict[int, torch.Tensor] = {}
-        # Views (by id) taken from an alias standing for an input that is no view: (the view, that alias).
-        self._of_stand_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
-        # needing no grad), and their version then: (the view, that version).
-        self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
-        # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
-        # record of them is current until their memory or geometry changes again.
-        self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
-
-    def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
-        of_leaf_view = self._of_leaf_views.get(id(tensor))
-        if of_leaf_view is not None and of_leaf_view[0] is tensor and tensor._version != of_leaf_view[1]:
-            # Eager takes its history again from its base, which needs no grad: an as_strided record reaching
-            # nothing. Autograd on fakes replays the view on that base instead, and finds no history.
-            with torch.no_grad():
-                memory = tensor.detach()
-            with torch.enable_grad():
-                return _Unconnected.apply(torch.empty(0, requires_grad=True), memory)  # type: ignore[no-any-return,no-untyped-call]
-        anchored = self._anchored.get(id(tensor))
-        if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
-            fresh = _reinterpreted(anchored[1], tensor.dtype, _geometry(tensor))
-            if self._on_fresh is not None:
-                self._on_fresh(fresh, tensor)
-            return fresh
-        stand_in = self._of_stand_in.get(id(tensor))
-        if stand_in is not None and stand_in[0] is tensor and id(stand_in[1]) in self._changed:
-            if torch.is_grad_enabled() and tensor.requires_grad:
-                # Eager's input is the view's base: its history is taken again from the input's current one.
-                fresh = _reinterpreted(self.fresh(stand_in[1]), tensor.dtype, _geometry(tensor))
-                if self._on_fresh is not None:
-                    self._on_fresh(fresh, tensor)
-                return fresh
-        base = tensor._base
-        if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
-            return tensor
-        taken_after = self._taken_after.get(id(tensor))
-        if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
-            return tensor
-        creation = _creation(tensor)
-        if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
-            # Eager takes the history of such a view (a Function's output, one made under no_grad) again
-            # here, and refuses to after an in-place change: raise as it does.
-            tensor.grad_fn  # noqa: B018
-        if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
-            return tensor  # its history is the Function's, never taken again by strides
-        if not _reinterpretable(base.dtype, tensor.dtype):
-            return tensor  # a dtype no view of the base reaches
-        if tensor.requires_grad and not base.requires_grad:
-            return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
-        if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
-            moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
-            if not (moved_under_no_grad or id(base) in self._changed_bases) or base.dtype != tensor.dtype:
-                return tensor
-            # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
-            # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
-            fresh = history_taken_again(base, tensor)
-            if self._on_fresh is not None:
-                self._on_fresh(fresh, tensor)
-            return fresh
-        fresh = base
-        # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
-        regenerated = torch.is_grad_enabled() and tensor.requires_grad
-        if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
-            fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
-        for geometry in [*self._recorded.get(id(tensor), ()), _geometry(tensor)]:
-            fresh = _reinterpreted(fresh, tensor.dtype, geometry)
-        if self._on_fresh is not None:
-            self._on_fresh(fresh, tensor)
-        return fresh
-
-    def _used(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
-        first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
-        whose memory changed in place since: read it here, before the stand-in hides it."""
-        if tensor._base is not None and records() and tensor.requires_grad:
-            if torch._C._autograd._get_creation_meta(tensor) != torch._C._autograd.CreationMeta.DEFAULT:
-                tensor.grad_fn  # noqa: B018 -- raises eager's error, or reads a history that is not stale
-        return self.fresh(tensor)
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if isinstance(func, torch._ops.OpOverload):  # a mode below called it again: ``set_.source_Tensor`` is ``set_``
-            name = func.overloadpacket.__name__
-        # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
-        # itself, never a stand-in.
-        outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
-        out_geometry = [_geometry(t) if t.layout == torch.strided else None for t in outs]
-        own_object = name in _OWN_OBJECT_METHODS and not _is_view_attribute(func)
-        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
-            if records() and args[0].requires_grad:
-                self._recorded.setdefault(id(args[0]), []).append(_geometry(args[0]))
-        if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
-            # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
-            # requiring grad) is off: so is it here, the collection and the trace running outside it.
-            with torch.inference_mode():
-                out = func(*args, **kwargs)
-        elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
-            first, rest = (args[0], args[1:]) if args else (None, ())
-            if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
-                if name.endswith("_") and not name.endswith("__"):
-                    _check_inplace_as_eager(first)  # the stand-in is no view of the leaf eager refuses to write
-                first = self._used(first)
-            rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
-            if "out" in kwargs:
-                fresh_kwargs["out"] = kwargs["out"]
-            original = args[0] if args else None
-            call_args = (first, *rest) if args else ()
-            out = func(*call_args, **fresh_kwargs)
-            # An in-place op returns its argument: the user's object, not the stand-in.
-            if out is first and first is not original:
-                out = original
-        else:
-            out = func(*args, **kwargs)
-        self._anchor(args[0] if args else None, out)
-        self._note_taken_after(args[0] if args else None, out)
-        changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, _geometry(t))]
-        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
-            changed.append(args[0])
-            if name == "set_":
-                (self._moved_under_no_grad.discard if torch.is_grad_enabled() else self._moved_under_no_grad.add)(
-                    id(args[0])
-                )
-        for tensor in changed:
-            if tensor._is_view():
-                self._changed[id(tensor)] = tensor
-            else:
-                self._changed_bases[id(tensor)] = tensor
-        return out
-
-    def _note_taken_after(self, first: Any, out: Any) -> None:
-        """Note ``out``, a view taken by an op from ``first``, a tensor (no view) whose geometry changed."""
-        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
-            return
-        if id(first) in self._changed_bases and out._base is first:
-            self._taken_after[id(out)] = (out, out._version)
-
-    def _anchor(self, first: Any, out: Any) -> None:
-        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
-        is a view of another dtype taken from a tensor that is no view."""
-        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
-            return
-        if out is first or storage_key(out) != storage_key(first):
-            return
-        if first._base is None and out.dtype != first.dtype:
-            self._dtype_of_base[id(out)] = out
-        of_stand_in = self._of_stand_in.get(id(first))
-        stand_in = of_stand_in[1] if of_stand_in is not None and of_stand_in[0] is first else None
-        if getattr(first, STANDS_FOR_NO_VIEW, False) and out.dtype == first.dtype:
-            stand_in = first  # (one of another dtype is taken again by its dtype view op: not followed)
-        if stand_in is not None and _reinterpretable(stand_in.dtype, out.dtype):
-            self._of_stand_in[id(out)] = (out, stand_in)
-        leaf_view = first._base is not None and first.requires_grad and not first._base.requires_grad
-        if leaf_view and out.requires_grad and out.dtype == first.dtype:
-            self._of_leaf_views[id(out)] = (out, out._version)
-        anchored = self._anchored.get(id(first))
-        if anchored is not None and anchored[0] is first:
-            self._anchored[id(out)] = (out, anchored[1])
-        elif id(first) in self._changed and first.requires_grad and _is_leaf(first):
-            self._anchored[id(out)] = (out, first)
-
-
-def _check_inplace_as_eager(tensor: torch.Tensor) -> None:
-    """Eager's refusal of an in-place op recorded on a leaf requiring grad, or on a view of one."""
-    if not (records() and tensor.requires_grad):
-        return
-    base = tensor._base
-    if base is not None and base.is_leaf:
-        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
-    if base is None and tensor.is_leaf:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-
-
-class _Unconnected(torch.autograd.Function):
-    """``memory`` (an alias of it) with a history whose gradient reaches nothing."""
-
-    @staticmethod
-    def forward(ctx: Any, anchor: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        return memory.detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
-        return None, None
-
-
-@dataclasses.dataclass
-class _Write:
-    tensor: torch.Tensor
-    metadata_only: bool
-    grad_enabled: bool
-    hidden_from_autograd: bool
-    seq: int
-    # The written tensor's storage extent when it was written: later metadata changes do not move it.
-    storage: int = -1
-    extent: tuple[int, int] = (0, 0)
-
-    def __post_init__(self) -> None:
-        self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
-
-    def hits(self, tensor: torch.Tensor) -> bool:
-        """Whether this write may have changed an element of ``tensor``."""
-        return self.storage == storage_key(tensor) and intersect(self.extent, touch_interval(tensor))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Node:
-    """A tensor as it was at one point of the run: a root, or a step from an earlier node.
-
-    A view's node points at its parent's node *when the view was taken*, so an
-    in-place metadata change of the parent later (a new node for the parent)
-    does not rewrite how the view is taken again.
-    """
-
-    tensor: torch.Tensor
-    parent: _Node | None = None
-    step: ViewStep | None = None
-    # The parent's (size, stride, offset) when the step was taken.
-    parent_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
-
-
-class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records, below autograd, each view's parent, each write's target, and storage use."""
-
-    def __init__(
-        self,
-        alias_sources: Sequence[torch.Tensor] = (),
-        inference_inputs: dict[int, bool] | None = None,
-    ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        # The inputs that are inference tensors used outside inference mode, by id: whether the caller's
-        # tensor has a version counter (is a detach()/.data of one). Eager refuses writes into the others.
-        self._inference_inputs = inference_inputs or {}
-        self.nodes: dict[int, _Node] = {}
-        self.writes: list[_Write] = []
-        self._keep: list[Any] = []
-        # Tensors whose aliases made by non-view ops (unsafe_split ...) are recorded too, so that
-        # replaying the op reproduces eager's storage sharing without autograd view tracking.
-        self._alias_sources = {id(t): storage_key(t) for t in alias_sources}
-        self._initial_geometry = {id(t): _geometry(t) for t in alias_sources}
-        # The tensors the inputs are (views of): the caller's memory as autograd knows it.
-        self._input_roots = {id(view_root(t)) for t in alias_sources}
-        # The first set_() of an input requiring grad (or a view of the caller's memory) to another geometry.
-        self.set_refusal: tuple[Any, torch.Tensor] | None = None
-        # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then;
-        # and leaves whose geometry changed under no_grad after a use autograd recorded (see ``_note_grad_use``).
-        self.moved_history: dict[int, int] = {}
-        # Leaf inputs requiring grad, by id, and those an op autograd records has read: eager made their
-        # gradient accumulator then, for the geometry they had.
-        self._grad_leaves = {id(t) for t in alias_sources if t.requires_grad and t.grad_fn is None}
-        self._accumulating: set[int] = set()
-        self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
-        # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
-        self._bases_as_called = {id(t): _base_state(t) for t in alias_sources if _base_state(t) is not None}
-        self._initial_version = {storage_key(t): t._version for t in alias_sources}
-        # By the base whose counter its views share: an input set_() moved to other memory keeps its counter.
-        self._initial_root_version = {id(view_root(t)): t._version for t in alias_sources}
-        # The sources' version counters as last seen, and, per source, the clock of the last data write
-        # that moved its counter: a write through a ``.data`` alias (a counter of its own) moves none.
-        self._sources = [t for t in alias_sources if t.layout == torch.strided and not t.is_inference()]
-        self._seen_versions = [t._version for t in self._sources]
-        self._pending_write: tuple[int, bool] | None = None  # (clock, data write) of the last write op
-        self.last_bump: dict[int, int] = {}  # id(source) -> clock
-        self._source_storages = set(self._alias_sources.values())
-        # Storages of the sources that an absolute-offset op touched, and how far anything reached into each.
-        self.absolute_storages: set[int] = set()
-        self.reach: dict[int, int] = {}
-        # Storages of the sources that resize_ grew, and their size in bytes after.
-        self.grown: dict[int, int] = {}
-        # Storages of tensors the function made that a resize_ grew (their tensors are taken again on all of it).
-        self.grown_made: set[int] = set()
-        self.clock = 0  # orders views and writes
-        # Tensors (by id) the function called requires_grad_() on, seen under the caller's inference mode only.
-        self.made_require_grad: dict[int, torch.Tensor] = {}
-        self._storage_owners = StorageOwners(alias_sources)
-
-    def node(self, tensor: torch.Tensor) -> _Node:
-        found = self.nodes.get(id(tensor))
-        if found is None or found.tensor is not tensor:
-            found = self.nodes[id(tensor)] = _Node(tensor)
-            self._keep.append(tensor)
-        return found
-
-    def _note_storage_use(self, func: Any, values: Any) -> None:
-        for value in values:
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
-                    continue
-                key = storage_key(tensor)
-                if key in self._source_storages:
-                    self.reach[key] = max(self.reach.get(key, 0), storage_extent(tensor)[1] * tensor.element_size())
-                    # An in-place view op is traced as an ``as_strided`` at the offset it leaves.
-                    if func in ABSOLUTE_OFFSET_OPS or torch.Tag.inplace_view in func.tags:
-                        self.absolute_storages.add(key)
-
-    def settle(self) -> None:
-        """Attribute the version bumps of the last write op (autograd bumps after the op returns)."""
-        pending, self._pending_write = self._pending_write, None
-        if pending is None:
-            return
-        for i, source in enumerate(self._sources):
-            current = source._version
-            if current != self._seen_versions[i] and pending[1]:
-                self.last_bump[id(source)] = pending[0]
-            self._seen_versions[i] = current
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if _composite_implicit(func):
-            # Reached undecomposed where autograd is off (inference mode): record the ops it is made of, as
-            # autograd's kernel would call them (``view_as`` is the ``view`` it calls) and the trace records.
-            with self:
-                decomposed = func.decompose(*args, **kwargs)
-            if decomposed is not NotImplemented:
-                return decomposed
-        if _resize_to_own_size(func, args, kwargs):
-            return args[0]  # eager's autograd neither bumps the version nor records a change: a no-op
-        self.settle()
-        refuse_self_overlapping_writes(func, args, kwargs)
-        self._check_overlap_as_eager(func, args, kwargs)
-        if self._inference_inputs:
-            self._check_inference_write_as_eager(func, args, kwargs)
-        with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
-            resize_outs_as_eager(func, args, kwargs)
-        refuse_order_dependent_writes(func, args, kwargs)
-        self.clock += 1
-        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        parent_geometry = _geometry(first) if first is not None and first.layout == torch.strided else None
-        from_geometry = self._changed_geometry(first) if first is not None else None
-        version = -1
-        if first is not None:
-            initial_version = self._initial_version.get(storage_key(first))
-            if initial_version is None:
-                initial_version = self._initial_root_version.get(id(view_root(first)))
-            # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
-            if initial_version is not None and not first.is_inference():
-                version = first._version - initial_version
-        nbytes_before = first.untyped_storage().nbytes() if func is _aten.resize_.default and first is not None else -1
-        set_from = (storage_key(first), _geometry(first)) if func in _SET_OPS and first is not None else None
-        func, args, kwargs = self._storage_owners.as_tensor_set(func, args, kwargs)
-        if func in STORAGE_SET_OPS:
-            raise UnsupportedMutationError(
-                f"{func}: set_() onto an UntypedStorage no tensor of the function holds cannot be traced (a graph "
-                "has no storage values); set_() onto a tensor instead, e.g. t.set_(source.as_strided(size, stride, "
-                "offset))"
-            )
-        if self._source_storages:
-            # A set_() leaves its target's memory: where the target sat in it no longer matters.
-            used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
-            self._note_storage_use(func, used)
-        out = func(*args, **kwargs)
-        if self._grad_leaves and records() and _recorded_by_autograd(func, out):
-            self._note_grad_use([*args, *kwargs.values()])
-        self._storage_owners.note([out])
-        if set_from is not None and first is not None:
-            self._refuse_set_of_input_with_history(func, first, set_from)
-        if self._source_storages:
-            self._note_storage_use(func, [out])
-        metadata_only = torch.Tag.inplace_view in func.tags
-        # resize_ within its storage changes geometry only; growing an intermediate's is a write into new
-        # memory, growing an input's is done before the call (by the MetadataMutation layer).
-        resized = False
-        if first is not None and nbytes_before >= 0:
-            resized = first.untyped_storage().nbytes() == nbytes_before or self._is_source(first)
-        metadata_only = metadata_only or resized
-        if metadata_only and first is not None and id(first) in self._accumulating and not records():
-            # Eager's accumulator keeps the geometry it was made for: later uses' gradients reach it as they
-            # are (summed to its shape), which is what ``moves_history`` gives a leaf.
-            self.moved_history.setdefault(id(first), self.clock)
-            self.accumulator_kept.add(id(first))
-        if resized and first is not None and self._is_source(first):
-            self.absolute_storages.add(storage_key(first))  # taken again by strides, at an absolute offset
-            if first.untyped_storage().nbytes() > nbytes_before:
-                self.grown[storage_key(first)] = first.untyped_storage().nbytes()
-        grad_enabled = records()
-        # An op writing out= an alias of its input returns that alias: not a view it makes.
-        writes = written_positions(func, args)
-        for position in writes:
-            value = dispatched_argument(func, args, kwargs, position)
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(tensor, torch.Tensor):
-                    hidden = not tensor.requires_grad
-                    self.writes.append(_Write(tensor, metadata_only, grad_enabled, hidden, self.clock))
-        if writes:
-            self._pending_write = (self.clock, not metadata_only)
-        step_kwargs = tuple(sorted(kwargs.items()))
-        if first is not None and metadata_only and id(first) not in self._alias_sources:
-            # The tensor changes geometry in place: to take it again, take its old self, then the
-            # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
-            twin, twin_args = _out_of_place_view(func), tuple(args[1:])
-            if resized:
-                twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
-            if 0 <= nbytes_before < first.untyped_storage().nbytes() and not self._is_source(first):
-                # Grown: taken again, by strides, on the whole grown memory (see ``_grown_intermediate_storages``).
-                self.grown_made.add(storage_key(first))
-                twin, twin_args, step_kwargs = _aten.as_strided.default, _geometry(first), ()
-            if twin is not None:
-                # A view keeps the grad mode it was made in (its creation meta) through in-place changes.
-                made = self.node(first)
-                view_grad_enabled = made.step.grad_enabled if made.step is not None else grad_enabled
-                key = self.clock * 1024
-                step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, version, True)
-                self.nodes[id(first)] = _Node(first, made, step, parent_geometry)
-        elif first is not None and (func.is_view or (not writes and self._aliases_source(first, out))):
-            views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
-            parent = self.node(first)
-            for item, view in views:
-                key = self.clock * 1024 + (item or 0)
-                step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry, version)
-                self._keep.append(view)
-                self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
-        return out
-
-    def _note_grad_use(self, values: list[Any]) -> None:
-        """Leaf inputs requiring grad that ``values`` (an op's arguments, autograd recording it) are, or are
-        views of: their gradient accumulator exists from now on."""
-        for value in values:
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                    root = view_root(tensor)
-                    if id(root) in self._grad_leaves:
-                        self._accumulating.add(id(root))
-
-    def _refuse_set_of_input_with_history(
-        self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
-    ) -> None:
-        """Under no_grad, ``t.set_(source)`` keeps ``t``'s autograd history: a view's is taken again from
-        its base in the new geometry (at the new storage's offsets), a leaf accumulates gradients of the
-        new shape. For an input (or a view of the caller's memory) that history is the caller's, which the
-        graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, no
-        output has a gradient (``collect_meta`` decides, after the run), or the input is a view of a base
-        requiring grad, which the MetadataMutation layer then hands the function."""
-        # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
-        if records() or not tensor.requires_grad or before[1] == _geometry(tensor):
-            return
-        root = view_root(tensor)
-        # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
-        leaf_same_shape = tensor._base is None and _is_leaf(tensor) and before[1][0] == tuple(tensor.shape)
-        base = _base_state(tensor)
-        if id(tensor) in self._alias_sources and (
-            leaf_same_shape or (base is not None and self._bases_as_called.get(id(tensor)) == base)
-        ):
-            # An input that is a view of a base requiring grad: the MetadataMutation layer hands the function
-            # that base, from which later uses take the input's history again (``InputAliasInfo.moves_history``).
-            self.moved_history.setdefault(id(tensor), self.clock)
-            return
-        if (id(tensor) in self._alias_sources or id(root) in self._input_roots) and self.set_refusal is None:
-            self.set_refusal = (func, tensor)
-
-    def _is_source(self, tensor: torch.Tensor) -> bool:
-        return storage_key(tensor) in self._source_storages
-
-    def _changed_geometry(self, tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
-        """An input's current geometry (offset relative to its initial one) if it changed in place, else None."""
-        initial = self._initial_geometry.get(id(tensor))
-        if initial is None or tensor.layout != torch.strided:
-            return None
-        size, stride, offset = _geometry(tensor)
-        return None if (size, stride, offset) == initial else (size, stride, offset - initial[2])
-
-    def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
-        """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
-        ``tensor``, taken again from the geometry it has now."""
-        from_geometry = self._changed_geometry(tensor)
-        self.clock += 1
-        step = ViewStep(_aten.alias.default, (), (), None, records(), self.clock * 1024, from_geometry)
-        self._keep.append(fresh)
-        self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, _geometry(tensor))
-
-    def _check_inference_write_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        """Eager's refusal of in-place ops on inference tensors outside inference mode: bumping the version
-        counter of one that has none raises."""
-        for position in written_positions(func, args):
-            value = dispatched_argument(func, args, kwargs, position)
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(tensor, torch.Tensor) and not self._has_version_counter(tensor):
-                    raise RuntimeError(
-                        f"Inplace update to inference tensor outside InferenceMode is not allowed ({func})."
-                        "You can make a clone to get a normal tensor before doing inplace update."
-                    )
-
-    def _has_version_counter(self, tensor: torch.Tensor) -> bool:
-        """Whether eager's ``tensor`` has a version counter: a view of an inference tensor has none, a
-        ``detach()``/``.data`` of one has (a counter of its own), and set_() changes neither."""
-        node = self.nodes.get(id(tensor))
-        if node is None or node.tensor is not tensor:
-            # An input itself, or a tensor the function made (outside inference mode: a normal one).
-            return self._inference_inputs.get(id(tensor), True)
-        # A geometry changed in place (t_(), an out= resize ...) leaves the tensor what it was.
-        while node.step is not None and node.step.in_place:
-            assert node.parent is not None
-            node = node.parent
-        if node.step is None:
-            return self._inference_inputs.get(id(node.tensor), True)
-        return node.step.op is _aten.detach.default or not self._is_inference(node)
-
-    def refuse_requires_grad_on_inference(self, inputs: Sequence[torch.Tensor]) -> None:
-        """Eager's refusal of ``requires_grad_()`` on an inference tensor outside inference mode: after the run,
-        an inference input (one that required no grad) or a view or ``detach()`` of one requiring grad had it."""
-        nodes = [*self.nodes.values(), *(_Node(t) for t in inputs if id(t) in self._inference_inputs)]
-        for node in nodes:
-            # (A leaf: one with a history got it from an op autograd recorded, which eager allows.)
-            if node.tensor.requires_grad and _is_leaf(node.tensor) and self._is_inference(node):
-                raise RuntimeError(
-                    "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
-                )
-
-    def _is_inference(self, node: _Node) -> bool:
-        """Whether eager's tensor at ``node`` is an inference tensor: an inference input, or a view of one."""
-        while node.parent is not None:
-            node = node.parent
-        return id(node.tensor) in self._inference_inputs
-
-    def _check_overlap_as_eager(self, func: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        """Raise what eager raises for writes into memory the op also reads, which fake kernels allow."""
-        message = eager_overlap_error(func, args, kwargs)
-        if message is not None:
-            raise RuntimeError(message)
-        if order_dependent_read(func, args, kwargs) is not None:
-            raise UnsupportedMutationError(
-                f"{func} reads memory it also writes, at other indices, through a tensor that is not dense "
-                "(an expanded or strided view of the written memory, say): eager's result depends on the order "
-                "its kernel visits the elements in, which a compiled graph does not reproduce. Clone the tensor "
-                "read first."
-            )
-
-    def _aliases_source(self, arg: torch.Tensor, out: Any) -> bool:
-        key = self._alias_sources.get(id(arg))
-        if key is None:
-            return False
-        outs = out if isinstance(out, (list, tuple)) else (out,)
-        return any(isinstance(o, torch.Tensor) and o is not arg and storage_key(o) == key for o in outs)
-
-    def chain_to_root(
-        self, tensor: torch.Tensor, stop: Callable[[torch.Tensor], bool]
-    ) -> tuple[torch.Tensor, tuple[ViewStep, ...], tuple[tuple[int, ...], tuple[int, ...], int] | None]:
-        """Walk from ``tensor`` up to a node with no parent, or one whose tensor ``stop`` accepts.
-
-        Returns that tensor, the steps taking it to ``tensor``, and the geometry the
-        tensor had when the first step was taken from it.
-        """
-        node = self.nodes.get(id(tensor))
-        if node is None or node.tensor is not tensor or stop(tensor):
-            return tensor, (), None
-        steps: list[ViewStep] = []
-        geometry = None
-        while node.parent is not None:
-            assert node.step is not None
-            called = self.made_require_grad.get(id(node.tensor)) is node.tensor
-            steps.append(_with_requires_grad_set(node.step, node.tensor, called))
-            geometry = node.parent_geometry
-            node = node.parent
-            if stop(node.tensor):
-                break
-        if node.tensor is tensor:
-            return tensor, (), None  # only in-place metadata changes of a tensor that is no view
-        return node.tensor, tuple(reversed(steps)), geometry
-
-    def made_by_custom_function(self, tensor: torch.Tensor, depth: int) -> bool:
-        """Whether ``tensor``'s history goes through an autograd.Function's output among the ``depth - 1``
-        views above it: replaying the views from their root would lose that Function's backward."""
-        node = self.nodes.get(id(tensor))
-        if node is None or node.tensor is not tensor:
-            return False
-        for _ in range(depth):
-            if node is None or not node.tensor.requires_grad:
-                return False  # no history, or one cut by no_grad
-            if _made_by_custom_function(node.tensor):
-                return True
-            if node.step is not None and node.step.op is _aten.detach.default:
-                return False  # .data and detach() start a history of their own
-            node = node.parent
-        return False
-
-    def root(self, tensor: torch.Tensor, depth: int) -> torch.Tensor:
-        """The tensor ``depth`` view steps above ``tensor``, or the root above it if fewer (an in-place view
-        op that changed nothing, ``squeeze_()`` of no size-1 dimension, leaves no step when traced again)."""
-        node = self.nodes[id(tensor)]
-        for _ in range(depth):
-            if node.parent is None:
-                break
-            node = node.parent
-        return node.tensor
-
-
-def _recorded_by_autograd(func: Any, out: Any) -> bool:
-    """Whether eager's autograd records a node for ``func`` (and so makes its inputs' gradient accumulators):
-    not for ``detach`` (``.data`` too), nor for an op whose outputs cannot carry a gradient (integers, bools)."""
-    if func is _aten.detach.default:
-        return False
-    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-    return any(t.is_floating_point() or t.is_complex() for t in outs)
-
-
-def _resize_to_own_size(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
-    """A ``resize_`` to the size the tensor has (no memory format to restride to): it changes nothing, and
-    autograd bumps the version only when the size changes."""
-    if func is not _aten.resize_.default or len(args) > 2 or kwargs.get("memory_format") is not None:
-        return False
-    return isinstance(args[0], torch.Tensor) and list(args[0].shape) == list(args[1])
-
-
-def _composite_implicit(func: Any) -> bool:
-    """Whether ``func`` is made of other ops (``CompositeImplicitAutograd``), which autograd's kernel calls."""
-    try:
-        return bool(func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd))
-    except RuntimeError:  # an op the dispatcher does not know (``prim::device``)
-        return False
-
-
-def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = False) -> ViewStep:
-    """``step``, marked to call ``requires_grad_()`` when the view it made requires grad as a leaf of a base
-    needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
-    requires it too, with a history or, taken under no_grad, none). Under the caller's inference mode a view
-    requires none whatever its base (``called``: the function's ``requires_grad_()`` on it, seen)."""
-    if step.in_place or not view.requires_grad:
-        return step
-    if called:
-        return dataclasses.replace(step, requires_grad_set=True)
-    if view._base is not None and view._base.requires_grad:
-        return step
-    if not _is_leaf(view):
-        return step
-    return dataclasses.replace(step, requires_grad_set=True)
-
-
-def _out_of_place_view(op: Any) -> Any:
-    """``t_`` -> ``t``, ``unsqueeze_`` -> ``unsqueeze``: the view op taking the same arguments."""
-    name = op._schema.name.split("::")[-1].removesuffix("_")
-    packet = getattr(torch.ops.aten, name, None)
-    if packet is None:
-        return None
-    wanted = [(arg.name, str(arg.type)) for arg in op._schema.arguments]
-    for overload in packet.overloads():
-        candidate = getattr(packet, overload)
-        if [(arg.name, str(arg.type)) for arg in candidate._schema.arguments] == wanted:
-            return candidate
-    return None
+_SET_TWINS = frozenset({aten.set.source_Tensor, aten.set.source_Storage, aten.set.source_Storage_storage_offset})
 
 
 def collect_meta(
@@ -910,10 +87,10 @@ def collect_meta(
     needs_fresh_views, watch_calls = False, False
     while True:
         fakes = fake_inputs(fake_mode, flat_args)
-        initial_geometry = [_geometry(fake) for fake in fakes]
+        initial_geometry = [geometry_of(fake) for fake in fakes]
         initial_versions = [fake._version for fake in fakes]
         initially_requiring_grad = [fake.requires_grad for fake in fakes]
-        initial_history = [_history(fake) for fake in fakes]
+        initial_history = [history_of(fake) for fake in fakes]
         initial_storages = [(storage_key(fake), touch_interval(fake)) for fake in fakes]
         inference_storages = {
             storage_key(fake)
@@ -942,7 +119,7 @@ def collect_meta(
         )
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
-            hooks, reseeds = saved_tensor_hooks_suspended(), _Reseeds()
+            hooks, reseeds = saved_tensor_hooks_suspended(), Reseeds()
             with hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh, reseeds:
                 outs = list(flat_fn(*fakes))
             recorder.settle()
@@ -968,14 +145,14 @@ def collect_meta(
     # caller's inference_mode none has (collection runs outside it, under no_grad, where an enable_grad
     # region makes outputs with history).
     differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
-        isinstance(o, torch.Tensor) and o.requires_grad and not _is_leaf(o) for o in outs
+        isinstance(o, torch.Tensor) and o.requires_grad and not is_leaf_safely(o) for o in outs
     )
     for fake, real in zip(fakes, flat_args, strict=True):
         # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
         movable = real.is_leaf or (real._base is not None and real._base.requires_grad)
         if id(fake) in recorder.moved_history and not movable:
             del recorder.moved_history[id(fake)]
-            recorder.set_refusal = recorder.set_refusal or (_aten.set_.source_Tensor, fake)
+            recorder.set_refusal = recorder.set_refusal or (aten.set_.source_Tensor, fake)
     if recorder.set_refusal is not None and differentiated:
         _refuse_set(*recorder.set_refusal, fakes, names)
     if differentiated:
@@ -1040,7 +217,7 @@ def collect_meta(
             fake.requires_grad and not requires_grad,
             initial_storage,
             set_to,
-            _history(fake) is not history,
+            history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
         )
@@ -1119,7 +296,7 @@ def collect_meta(
             base_k = base_of_storage[key]
             # One object per root, shared by every chain from it (a key no traced step has).
             root_key = _GROWN_ROOT_KEY + grown_roots.setdefault(id(root), len(grown_roots))
-            made_root = ViewStep(_set_onto, _geometry(root), grad_enabled=False, key=root_key)
+            made_root = ViewStep(_set_onto, geometry_of(root), grad_enabled=False, key=root_key)
             if out.requires_grad:  # no view: its history is computed by the graph, put on the memory by the epilogue
                 output_info.append(info(OutputType.NON_ALIAS, on_storage=(base_k, made_root)))
                 continue
@@ -1134,7 +311,7 @@ def collect_meta(
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
                 base = input_storage[storage_key(out)]
-                step = ViewStep(_aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
+                step = ViewStep(aten.as_strided.default, (out.shape, out.stride(), out.storage_offset()))
                 if out._base is None:
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
@@ -1198,7 +375,7 @@ def collect_meta(
                     OutputType.NON_ALIAS,
                     requires_grad=root.requires_grad,
                     spec=TensorSpec.of(root),
-                    is_leaf=root.requires_grad and _is_leaf(root),
+                    is_leaf=root.requires_grad and is_leaf_safely(root),
                 )
             )
         base_k = base_of_root[id(root)]
@@ -1216,18 +393,6 @@ def collect_meta(
         needs_fresh_views,
         reseeds.found,
     )
-
-
-def _base_state(tensor: torch.Tensor) -> int | None:
-    """For a view of a base requiring grad, within the base's storage: the base. Eager takes the view's
-    history again from it after ``set_()`` (``base.as_strided(size, stride, offset)``, recorded only: the
-    geometry may reach past the base's storage), which a stand-in can too while it is the caller's base
-    (requiring grad when the call starts; writes into it since are in its history inside the graph, the
-    synthetic-base layer making both views of one base)."""
-    base = tensor._base
-    if base is None or not base.requires_grad or base.dtype != tensor.dtype:
-        return None
-    return id(base)
 
 
 def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
@@ -1299,71 +464,6 @@ def _nothing() -> Iterator[None]:
     yield
 
 
-_RESEEDED = (
-    "the function sets torch's global random state (torch.manual_seed, torch.set_rng_state, ...) other than by "
-    "one seed before all its draws: eager's draws depend on where, which a compiled graph does not keep. Seed "
-    "once before the draws, or outside the compiled function."
-)
-
-
-def _seeded_state(seed: int) -> torch.Tensor:
-    return torch.Generator().manual_seed(seed).get_state()
-
-
-class _Reseeds(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """How the function sets torch's global random state: ``found`` is ``(seed, restores)`` where it seeds the
-    generator once before all its draws (and puts the caller's state back after them, or not), for the runtime
-    to do around each call as eager does at each; any other change is refused. Draws on fakes leave the real
-    generator alone, so at each draw it holds what the function set; the caller's state is put back."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.state, self.seed = torch.random.get_rng_state(), torch.initial_seed()
-        self.seen: list[tuple[int, torch.Tensor]] = []  # (seed, state) at each draw the function reseeded
-        self.unseeded_draws = False
-        self.found: tuple[int, bool] | None = None
-
-    def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
-        with _disable_current_modes():  # the fake mode below is still active
-            final, seed = torch.random.get_rng_state(), torch.initial_seed()
-            torch.random.set_rng_state(self.state)
-            if exc[0] is None:
-                self._judge(final, seed)
-
-    def _judge(self, final: torch.Tensor, seed: int) -> None:
-        restored = torch.equal(final, self.state)
-        if not self.seen:
-            if not restored:  # seeded with no draw after it: the same as seeding before them, if there are none
-                if self.unseeded_draws:
-                    raise UnsupportedOperatorError(_RESEEDED)
-                self.found = self._one_seed(seed, final, restores=False)
-            return
-        first_seed, first_state = self.seen[0]
-        if self.unseeded_draws or any(not torch.equal(state, first_state) for _, state in self.seen):
-            raise UnsupportedOperatorError(_RESEEDED)
-        if not restored and not torch.equal(final, first_state):
-            raise UnsupportedOperatorError(_RESEEDED)
-        self.found = self._one_seed(first_seed, first_state, restores=restored)
-
-    @staticmethod
-    def _one_seed(seed: int, state: torch.Tensor, restores: bool) -> tuple[int, bool]:
-        if not torch.equal(state, _seeded_state(seed)):
-            raise UnsupportedOperatorError(_RESEEDED)  # a state set otherwise (set_rng_state)
-        return seed, restores
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None:
-            with _disable_current_modes():
-                state, seed = torch.random.get_rng_state(), torch.initial_seed()
-                if torch.equal(state, self.state) and seed == self.seed:
-                    self.unseeded_draws = True
-                else:
-                    self.seen.append((seed, state))
-        return func(*args, **kwargs)
-
-
 def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.AbstractContextManager[Any]:
     """Eager's refusal to save an inference tensor for a backward. Under the caller's inference mode only an
     autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and what it saves
@@ -1411,7 +511,7 @@ def _from_final_geometry(
     geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None,
 ) -> tuple[ViewStep, ...]:
     """``chain`` starting from the geometry ``root`` had when the first step was taken, if it differs now."""
-    if geometry is None or geometry == _geometry(root) or chain[0].from_geometry is not None:
+    if geometry is None or geometry == geometry_of(root) or chain[0].from_geometry is not None:
         return chain
     size, stride, offset = geometry
     first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - offset_of(root)))
@@ -1464,8 +564,8 @@ def _input_info(
     real: torch.Tensor,
     fake: torch.Tensor,
     initial_geometry: tuple[tuple[int, ...], tuple[int, ...], int],
-    writes: list[_Write],
-    rooted_writes: list[_Write],
+    writes: list[Write],
+    rooted_writes: list[Write],
     through: bool,
     offset_sensitive: bool,
     storage_reach: int,
@@ -1512,39 +612,22 @@ def _input_info(
         and all(w.hidden_from_autograd or not w.grad_enabled or not _same_history(w.tensor, fake) for w in data_writes),
         written_through=bool(data_writes) and through,
         # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
-        requires_grad_after=bool(data_writes) and fake.requires_grad and not (sets_requires_grad and _is_leaf(fake)),
+        requires_grad_after=bool(data_writes)
+        and fake.requires_grad
+        and not (sets_requires_grad and is_leaf_safely(fake)),
         version_bumps=version_bumps,
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
         # Eager leaves it a leaf requiring grad (a write of a value with history made it none).
-        sets_requires_grad=sets_requires_grad and _is_leaf(fake),
+        sets_requires_grad=sets_requires_grad and is_leaf_safely(fake),
         storage_set_to=storage_set_to,
         fresh_storage_nbytes=int(fake.untyped_storage().nbytes()) if storage_set_to == ("fresh", -1) else 0,
         set_recorded=storage_set_to is not None and fake.requires_grad and history_rewritten,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
     )
-
-
-def _is_leaf(tensor: torch.Tensor) -> bool:
-    try:
-        return bool(tensor.is_leaf)
-    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
-        return False
-
-
-def _history(tensor: torch.Tensor) -> Any:
-    """The autograd node of a tensor's memory: its base's for a view (a view's own is regenerated)."""
-    return view_root(tensor).grad_fn
-
-
-def _made_by_custom_function(tensor: torch.Tensor) -> bool:
-    try:
-        return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
-    except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
-        return False
 
 
 def _from_moved_geometry(

@@ -350,7 +350,7 @@ class ViewAndMutationMeta:
     # The error eager's backward raises for this program (a tensor it saved was modified in place later,
     # through memory shared with an input); the compiled backward raises it too.
     backward_error: str | None = None
-    # The program changes geometry in place: trace it under ``meta.collect.FreshViews``.
+    # The program changes geometry in place: trace it under ``meta.fresh_views.FreshViews``.
     fresh_views: bool = False
     # ``(seed, restores)``: the program seeds torch's global generator (``torch.manual_seed(seed)``) before its
     # first draw and, if ``restores``, puts the caller's state back after its last (OpInfo's

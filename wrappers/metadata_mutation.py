@@ -41,8 +41,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
-from meta.collect import STANDS_FOR_NO_VIEW
 from meta.errors import UnsupportedMutationError
+from meta.fresh_views import STANDS_FOR_NO_VIEW
 from meta.indices import UserArg, UserOut
 from meta.storage import view_root, whole_storage
 from meta.storage_set import history_taken_again
@@ -674,7 +674,7 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
 class _RequiresGradInside(TorchFunctionMode):
     """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input: from then on
     every op gets, in its place, a view of the input with the alias's current geometry (a stand-in, as
-    ``meta.collect.FreshViews`` makes), whose history reaches the input. The alias object itself stays
+    ``meta.fresh_views.FreshViews`` makes), whose history reaches the input. The alias object itself stays
     untracked, so views taken before keep none, as in eager; no in-place op is needed to attach it."""
 
     def __init__(self) -> None:

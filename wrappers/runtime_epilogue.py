@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from meta.collect import ViewRecorder
 from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
+from meta.recorder import ViewRecorder
 from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (

@@ -33,7 +33,8 @@ from aot.compile.higher_order import (
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
-from meta.collect import CALLER_IN_INFERENCE_MODE, raised_by_eager_backward
+from meta.collect import raised_by_eager_backward
+from meta.storage import CALLER_IN_INFERENCE_MODE
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Source, attach

@@ -15,7 +15,7 @@ those) and, once their memory was written after they were made, hands every op
 using them ``base.as_strided(geometry)`` in their place: eager's regenerated
 history. ``needs_regenerated_views`` tells from a traced graph whether a program
 takes such a view at all, so that only those programs are traced under the mode
-(a torch-function mode is seen by library code; see ``meta.collect.FreshViews``).
+(a torch-function mode is seen by library code; see ``meta.fresh_views.FreshViews``).
 """
 
 from __future__ import annotations

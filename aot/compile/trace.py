@@ -30,12 +30,14 @@ from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta import symbolic
 from meta.alias import AliasAnalysis, written_positions
-from meta.collect import ABSOLUTE_OFFSET_OPS, FreshViews, saved_tensor_hooks_suspended
+from meta.eager_state import saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
+from meta.fresh_views import FreshViews
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
+from meta.recorder import ABSOLUTE_OFFSET_OPS
 from meta.storage import fake_inputs, storage_key
 from meta.storage_set import StorageSetsOntoTensors
 from meta.view_and_mutation import ViewAndMutationMeta

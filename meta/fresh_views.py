@@ -1,0 +1,337 @@
+"""Torch-function modes that make Python-level calls behave as eager's while tracing: fresh views of
+inputs whose geometry a program changes in place, and ``requires_grad_`` calls seen by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._prims_common import corresponding_real_dtype
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from meta.eager_state import geometry_of, is_leaf_safely, records
+from meta.storage import (
+    CALLER_IN_INFERENCE_MODE,
+    storage_key,
+)
+from meta.storage_set import history_taken_again
+
+__all__ = [
+    "STANDS_FOR_NO_VIEW",
+    "FreshViews",
+    "RequiresGradCalls",
+    "Unconnected",
+    "check_inplace_as_eager",
+    "is_view_attribute",
+]
+
+
+# Set on an alias a layer hands the function in place of an input that is no view (``wrappers.metadata_mutation``):
+# eager takes the views of that input again from the input itself, so views of the alias are followed as its.
+STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
+
+# In-place view methods: they change a tensor's geometry, which autograd on fake tensors
+# does not carry into the view's replay function (see ``FreshViews``).
+_INPLACE_VIEW_METHODS = frozenset(
+    {
+        "t_",
+        "transpose_",
+        "swapdims_",
+        "swapaxes_",
+        "unsqueeze_",
+        "squeeze_",
+        "as_strided_",
+        "resize_",
+        "resize_as_",
+        "set_",
+    }
+)
+_RESIZE_METHODS = frozenset({"resize_", "resize_as_"})
+# Methods that must act on the user's tensor object itself, never on a stand-in.
+_OWN_OBJECT_METHODS = frozenset(
+    # Geometry reads too: a stand-in has the same, and taking one would trace a view op for nothing.
+    {"requires_grad_", "retain_grad", "register_hook", "__set__", "__get__", "stride", "storage_offset"}
+    | {"untyped_storage", "size", "dim", "numel", "_is_view"}
+    # detach() records nothing: eager reads no history of its argument (a stale view's included), and a view
+    # without history needs no fresh stand-in.
+    | {"detach"}
+)
+
+
+# Tensor attributes that are views (``x.real`` is ``view_as_real`` then ``select``): read from a fresh view too.
+_VIEW_ATTRIBUTES = frozenset({"real", "imag", "T", "mT", "H", "mH"})
+
+
+def is_view_attribute(func: Any) -> bool:
+    attribute = getattr(func, "__self__", None)
+    return getattr(func, "__name__", "") == "__get__" and getattr(attribute, "__name__", "") in _VIEW_ATTRIBUTES
+
+
+_CreationMeta = torch._C._autograd.CreationMeta
+
+
+def _creation(view: torch.Tensor) -> Any:
+    return torch._C._autograd._get_creation_meta(view)
+
+
+def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether a view of ``base``'s memory in ``dtype`` can be taken by ``_reinterpreted``."""
+    if base == dtype:
+        return True
+    if dtype.is_complex:
+        return base == corresponding_real_dtype(dtype)
+    return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
+def _reinterpreted(
+    base: torch.Tensor, dtype: torch.dtype, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> torch.Tensor:
+    """A view of ``base`` in ``dtype`` (``_reinterpretable``) with ``geometry`` (in ``dtype``'s elements),
+    history reaching ``base``: as_strided keeps the dtype; a complex view of real memory is
+    ``view_as_complex`` of its real pairs, a real one of complex memory is taken from ``view_as_real``."""
+    size, stride, offset = geometry
+    if base.dtype == dtype:
+        return base.as_strided(size, stride, offset)
+    if dtype.is_complex:
+        pairs = base.as_strided((*size, 2), (*(2 * st for st in stride), 1), 2 * offset)
+        return torch.view_as_complex(pairs)
+    return torch.view_as_real(base).as_strided(size, stride, offset)
+
+
+class RequiresGradCalls(TorchFunctionMode):
+    """Records the tensors the function calls ``requires_grad_()`` on. Under the caller's inference mode a view
+    of an input requiring grad requires none until then; collection runs outside it, where such a view
+    requires grad already and the call changes nothing to see."""
+
+    def __init__(self, called: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self._called = called
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
+            if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
+                self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor
+        return func(*args, **kwargs)
+
+
+class FreshViews(TorchFunctionMode):
+    """Read a view whose geometry changed in place through a fresh view of its base.
+
+    Autograd on fake tensors does not update a view's replay function when an
+    in-place view op (``t_``, ``unsqueeze_``, ``as_strided_`` ...) changes the
+    view's geometry, so a later write through it, or a gradient through it,
+    uses the old geometry and fails. Real tensors have no such problem. So
+    after such a change, every op on the view (while tracing or collecting
+    meta) gets ``base.as_strided(view's current geometry)`` in its place:
+    the same memory, with autograd history regenerated as eager regenerates it.
+
+    A changed view made a leaf (``requires_grad_()`` on a view of memory needing
+    no grad) keeps no view history: views taken from it are taken again from it
+    instead (its *anchor*), not from its base.
+    """
+
+    def __init__(self, on_fresh: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> None:
+        super().__init__()
+        # Views whose geometry changed in place, and tensors (no views) whose geometry did: views of those.
+        self._changed: dict[int, torch.Tensor] = {}
+        self._changed_bases: dict[int, torch.Tensor] = {}
+        # Told (fresh view, tensor it stands for): a recorder keeps chains going through the tensor.
+        self._on_fresh = on_fresh
+        # A view's geometries before each change autograd recorded (grad mode, the view requiring grad):
+        # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
+        # view's history), so elements the old geometry does not span get no gradient.
+        self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Views set_() moved to other memory under no_grad (their history is taken again from their base).
+        self._moved_under_no_grad: set[int] = set()
+        # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
+        self._anchored: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
+        # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
+        self._dtype_of_base: dict[int, torch.Tensor] = {}
+        # Views (by id) taken from an alias standing for an input that is no view: (the view, that alias).
+        self._of_stand_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
+        # needing no grad), and their version then: (the view, that version).
+        self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
+        # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
+        # record of them is current until their memory or geometry changes again.
+        self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
+
+    def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
+        of_leaf_view = self._of_leaf_views.get(id(tensor))
+        if of_leaf_view is not None and of_leaf_view[0] is tensor and tensor._version != of_leaf_view[1]:
+            # Eager takes its history again from its base, which needs no grad: an as_strided record reaching
+            # nothing. Autograd on fakes replays the view on that base instead, and finds no history.
+            with torch.no_grad():
+                memory = tensor.detach()
+            with torch.enable_grad():
+                return Unconnected.apply(torch.empty(0, requires_grad=True), memory)  # type: ignore[no-any-return,no-untyped-call]
+        anchored = self._anchored.get(id(tensor))
+        if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
+            fresh = _reinterpreted(anchored[1], tensor.dtype, geometry_of(tensor))
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
+        stand_in = self._of_stand_in.get(id(tensor))
+        if stand_in is not None and stand_in[0] is tensor and id(stand_in[1]) in self._changed:
+            if torch.is_grad_enabled() and tensor.requires_grad:
+                # Eager's input is the view's base: its history is taken again from the input's current one.
+                fresh = _reinterpreted(self.fresh(stand_in[1]), tensor.dtype, geometry_of(tensor))
+                if self._on_fresh is not None:
+                    self._on_fresh(fresh, tensor)
+                return fresh
+        base = tensor._base
+        if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
+            return tensor
+        taken_after = self._taken_after.get(id(tensor))
+        if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
+            return tensor
+        creation = _creation(tensor)
+        if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
+            # Eager takes the history of such a view (a Function's output, one made under no_grad) again
+            # here, and refuses to after an in-place change: raise as it does.
+            tensor.grad_fn  # noqa: B018
+        if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
+            return tensor  # its history is the Function's, never taken again by strides
+        if not _reinterpretable(base.dtype, tensor.dtype):
+            return tensor  # a dtype no view of the base reaches
+        if tensor.requires_grad and not base.requires_grad:
+            return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
+        if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
+            moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
+            if not (moved_under_no_grad or id(base) in self._changed_bases) or base.dtype != tensor.dtype:
+                return tensor
+            # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
+            # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
+            fresh = history_taken_again(base, tensor)
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
+        fresh = base
+        # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
+        regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
+            fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
+        for geometry in [*self._recorded.get(id(tensor), ()), geometry_of(tensor)]:
+            fresh = _reinterpreted(fresh, tensor.dtype, geometry)
+        if self._on_fresh is not None:
+            self._on_fresh(fresh, tensor)
+        return fresh
+
+    def _used(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
+        first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
+        whose memory changed in place since: read it here, before the stand-in hides it."""
+        if tensor._base is not None and records() and tensor.requires_grad:
+            if torch._C._autograd._get_creation_meta(tensor) != torch._C._autograd.CreationMeta.DEFAULT:
+                tensor.grad_fn  # noqa: B018 -- raises eager's error, or reads a history that is not stale
+        return self.fresh(tensor)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):  # a mode below called it again: ``set_.source_Tensor`` is ``set_``
+            name = func.overloadpacket.__name__
+        # An op writing out= a tensor of another shape resizes it (see ``meta.out_resize``): the object
+        # itself, never a stand-in.
+        outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
+        out_geometry = [geometry_of(t) if t.layout == torch.strided else None for t in outs]
+        own_object = name in _OWN_OBJECT_METHODS and not is_view_attribute(func)
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
+            if records() and args[0].requires_grad:
+                self._recorded.setdefault(id(args[0]), []).append(geometry_of(args[0]))
+        if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
+            # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
+            # requiring grad) is off: so is it here, the collection and the trace running outside it.
+            with torch.inference_mode():
+                out = func(*args, **kwargs)
+        elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
+            first, rest = (args[0], args[1:]) if args else (None, ())
+            if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+                if name.endswith("_") and not name.endswith("__"):
+                    check_inplace_as_eager(first)  # the stand-in is no view of the leaf eager refuses to write
+                first = self._used(first)
+            rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
+            if "out" in kwargs:
+                fresh_kwargs["out"] = kwargs["out"]
+            original = args[0] if args else None
+            call_args = (first, *rest) if args else ()
+            out = func(*call_args, **fresh_kwargs)
+            # An in-place op returns its argument: the user's object, not the stand-in.
+            if out is first and first is not original:
+                out = original
+        else:
+            out = func(*args, **kwargs)
+        self._anchor(args[0] if args else None, out)
+        self._note_taken_after(args[0] if args else None, out)
+        changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, geometry_of(t))]
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
+            changed.append(args[0])
+            if name == "set_":
+                (self._moved_under_no_grad.discard if torch.is_grad_enabled() else self._moved_under_no_grad.add)(
+                    id(args[0])
+                )
+        for tensor in changed:
+            if tensor._is_view():
+                self._changed[id(tensor)] = tensor
+            else:
+                self._changed_bases[id(tensor)] = tensor
+        return out
+
+    def _note_taken_after(self, first: Any, out: Any) -> None:
+        """Note ``out``, a view taken by an op from ``first``, a tensor (no view) whose geometry changed."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
+            return
+        if id(first) in self._changed_bases and out._base is first:
+            self._taken_after[id(out)] = (out, out._version)
+
+    def _anchor(self, first: Any, out: Any) -> None:
+        """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
+        is a view of another dtype taken from a tensor that is no view."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is first or storage_key(out) != storage_key(first):
+            return
+        if first._base is None and out.dtype != first.dtype:
+            self._dtype_of_base[id(out)] = out
+        of_stand_in = self._of_stand_in.get(id(first))
+        stand_in = of_stand_in[1] if of_stand_in is not None and of_stand_in[0] is first else None
+        if getattr(first, STANDS_FOR_NO_VIEW, False) and out.dtype == first.dtype:
+            stand_in = first  # (one of another dtype is taken again by its dtype view op: not followed)
+        if stand_in is not None and _reinterpretable(stand_in.dtype, out.dtype):
+            self._of_stand_in[id(out)] = (out, stand_in)
+        leaf_view = first._base is not None and first.requires_grad and not first._base.requires_grad
+        if leaf_view and out.requires_grad and out.dtype == first.dtype:
+            self._of_leaf_views[id(out)] = (out, out._version)
+        anchored = self._anchored.get(id(first))
+        if anchored is not None and anchored[0] is first:
+            self._anchored[id(out)] = (out, anchored[1])
+        elif id(first) in self._changed and first.requires_grad and is_leaf_safely(first):
+            self._anchored[id(out)] = (out, first)
+
+
+def check_inplace_as_eager(tensor: torch.Tensor) -> None:
+    """Eager's refusal of an in-place op recorded on a leaf requiring grad, or on a view of one."""
+    if not (records() and tensor.requires_grad):
+        return
+    base = tensor._base
+    if base is not None and base.is_leaf:
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+    if base is None and tensor.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+class Unconnected(torch.autograd.Function):
+    """``memory`` (an alias of it) with a history whose gradient reaches nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return memory.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
+        return None, None
