@@ -21,13 +21,17 @@ import linecache
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from meta.versions import Counters
 
 __all__ = [
     "Emitter",
     "Generated",
     "Source",
     "attach",
+    "counted_call",
     "emitter_of",
     "generate",
     "opaque",
@@ -117,6 +121,23 @@ def attach(runtime: Callable[..., Any], emitter: Emitter) -> Callable[..., Any]:
     """``runtime`` (the interpreted reference), able to emit itself as source."""
     runtime.emit = emitter  # type: ignore[attr-defined]
     return runtime
+
+
+def counted_call(
+    source: Source, counters: Counters | None, inner: Emitter, inner_args: str, args: str, no_counters: str
+) -> tuple[str, str]:
+    """Emit ``Counters.call``: the counters started before the layers below, put back if they raise. Returns
+    the names of their outputs and of the counters before (``no_counters`` where there are none)."""
+    if not counters:
+        return inner(source, inner_args), no_counters
+    c, before = source.const(counters, "counters"), source.fresh("before")
+    source.line(f"{before} = {c}.start({args})")
+    with source.block("try:"):
+        inner_outs = inner(source, inner_args)
+    with source.block("except BaseException:"):
+        source.line(f"{c}.restore({args}, {before})")
+        source.line("raise")
+    return inner_outs, before
 
 
 def opaque(runtime: Callable[[list[Any]], list[Any]], hint: str = "inner") -> Emitter:

@@ -37,7 +37,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
-from wrappers.codegen import Emitter, Source
+from wrappers.codegen import Emitter, Source, counted_call
 from wrappers.history import AdoptHistory, ViewWithHistory, with_history
 from wrappers.write_back import write_back
 
@@ -158,24 +158,13 @@ class RuntimeEpilogue:
 
         def emit(source: Source, args: str) -> str:
             source.line("# runtime epilogue: input write-back, outputs that alias inputs or intermediates")
-            c = source.const(counters, "counters") if counters else ""
-            before = "None"
-            if counters:
-                before = source.fresh("before")
-                source.line(f"{before} = {c}.start({args})")
-                with source.block("try:"):
-                    graph_outs = inner(source, args)
-                with source.block("except BaseException:"):
-                    source.line(f"{c}.restore({args}, {before})")
-                    source.line("raise")
-            else:
-                graph_outs = inner(source, args)
+            graph_outs, before = counted_call(source, counters, inner, args, args, no_counters="None")
             names = _Names(source, args, graph_outs, source.fresh("made"), before, num_outs)
             source.line(f"{names.made} = {{}}")
             for step in plan.steps:
                 step.emit(names)
             if counters:
-                source.line(f"{c}.finish({args}, {before})")
+                source.line(f"{source.const(counters, 'counters')}.finish({args}, {before})")
             result = source.fresh("outs")
             source.line(f"{result} = [{', '.join(names.outs)}]")
             return result

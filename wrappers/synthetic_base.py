@@ -38,7 +38,7 @@ from meta.view_and_mutation import (
     replay_views,
 )
 from wrappers.base import Runtime, Stage
-from wrappers.codegen import Emitter, Source
+from wrappers.codegen import Emitter, Source, counted_call
 from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, with_history
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import write_back
@@ -413,18 +413,7 @@ class SyntheticBase:
             source.line(f"# synthetic base: {merged} merged, one base each")
             inner_args, targets, infos = source.fresh("based"), source.fresh("targets"), source.fresh("target_infos")
             source.line(f"{inner_args}, {targets}, {infos} = {source.const(enter, 'merge_bases')}({args})")
-            before = source.fresh("before")
-            if counters:
-                c = source.const(counters, "counters")
-                source.line(f"{before} = {c}.start({args})")
-                with source.block("try:"):
-                    inner_outs = inner(source, inner_args)
-                with source.block("except BaseException:"):
-                    source.line(f"{c}.restore({args}, {before})")
-                    source.line("raise")
-            else:
-                source.line(f"{before} = ()")
-                inner_outs = inner(source, inner_args)
+            inner_outs, before = counted_call(source, counters, inner, inner_args, args, no_counters="()")
             outs = source.fresh("outs")
             leave_name = source.const(leave, "write_back_members")
             source.line(f"{outs} = {leave_name}({args}, {inner_outs}, {before}, {targets}, {infos})")
