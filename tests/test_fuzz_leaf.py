@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, check, check_in_mode
 
 
@@ -250,16 +251,6 @@ def test_view_then_base_restrided(fn) -> None:
     check_in_mode(fn, lambda: _nonleaf(3, 4), "training")
 
 
-class _HalfGradIdentity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 0.5
-
-
 # Program 1722 of seed 20 whole, open: one input passed twice, restrided both ways, written through .data and
 # returned through an autograd.Function; a cause other than the view regenerated above, not yet isolated.
 def _program_1722(a0, a1):
@@ -269,7 +260,7 @@ def _program_1722(a0, a1):
         with torch.enable_grad():
             a0.as_strided_((4,), (2,), 5)
     a0.data.mul_(a1)
-    v1 = _HalfGradIdentity.apply(a1)
+    v1 = Identity.apply(a1)
     v2 = a0.detach()
     return (sum(t.real.sum() for t in (a0, a1, v0, v1, v2)),)
 
