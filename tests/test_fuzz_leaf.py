@@ -273,3 +273,34 @@ def _one_nonleaf_twice():
 @pytest.mark.xfail(strict=True, reason="program 1722 of seed 20 whole: a second cause, not yet isolated")
 def test_program_1722() -> None:
     check_in_mode(_program_1722, _one_nonleaf_twice, "training")
+
+
+# Class 1 of programs 3,000-5,999 (program 5267 of seed 20, shrunk): the same change on an input that is a view
+# (an expand of a non-leaf): eager takes the view's history again from the input's base, by strides, so its
+# gradient reaches every element it spans. The trace's primal is no view: whether the input is one is the caller's.
+def _expanded_then_base_restrided(a0):
+    v0 = a0.expand(2, 3, 4)
+    a0.as_strided_((2,), (2,), 0)
+    return (v0, sum(t.real.sum() for t in (a0, v0)))
+
+
+def _view_then_view_input_restrided(a0):
+    v0 = a0[1:]
+    a0.as_strided_((2,), (3,), 1)
+    return (v0 * 2, a0 * 3)
+
+
+def _expanded_nonleaf():
+    return ((torch.randn(3, 1, generator=_gen()).requires_grad_() * 1).expand(3, 4),)
+
+
+def _sliced_nonleaf():
+    return ((torch.randn(4, 3, generator=_gen()).requires_grad_() * 1)[1:],)
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [(_expanded_then_base_restrided, _expanded_nonleaf), (_view_then_view_input_restrided, _sliced_nonleaf)],
+)
+def test_view_of_view_input_then_restrided(fn, make_args) -> None:
+    check_in_mode(fn, make_args, "training")

@@ -140,12 +140,14 @@ class MetadataMutation:
         moved_leaves = tuple(i for i in mutated if meta.input_info[i].moves_history and meta.input_info[i].is_leaf)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
+        # Told by the caller's tensors: the trace's primals are no views even where the caller's are.
+        no_views = frozenset(arg_idx for arg_idx in mutated if outer.args[arg_idx]._base is None)
 
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
             args, bases = all_args[:num_inputs], all_args[num_inputs:]
             working = list(args)
             for arg_idx in mutated:
-                working[arg_idx] = _alias_as_made(args[arg_idx])
+                working[arg_idx] = _alias_as_made(args[arg_idx], arg_idx in no_views)
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly.
@@ -410,12 +412,14 @@ def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any])
     return alias
 
 
-def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
+def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
     geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
     needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
-    makes eager's, from which autograd takes views (of another dtype too) again, not from the input below."""
+    makes eager's, from which autograd takes views (of another dtype too) again, not from the input below.
+    ``stands_for_no_view``: the caller's tensor is no view (eager takes views of it again from it, not from a
+    base); the trace's ``arg`` may be none where the caller's is one."""
     if arg._base is None and not arg.requires_grad:
         return arg.detach()
     with torch.enable_grad():
@@ -424,7 +428,7 @@ def _alias_as_made(arg: torch.Tensor) -> torch.Tensor:
         creation = torch._C._autograd._get_creation_meta(arg)
         if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
             torch._C._autograd._set_creation_meta(alias, creation)
-    if arg._base is None:
+    if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
     return alias
 
