@@ -151,8 +151,9 @@ class FreshViews(TorchFunctionMode):
         # Views of another dtype taken from a tensor that is no view: eager takes them again by the dtype
         # view op itself on the base as it is then (which may refuse its new geometry), not by strides.
         self._dtype_of_base: dict[int, torch.Tensor] = {}
-        # Views (by id) taken from an alias standing for an input that is no view: (the view, that alias).
-        self._of_stand_in: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Views (by id) taken from an alias standing for an input that is no view: (the view, that alias, the
+        # view's version then). Eager takes such a view's history again only once its counter moved since.
+        self._of_stand_in: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
         # needing no grad), and their version then: (the view, that version).
         self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
@@ -179,7 +180,7 @@ class FreshViews(TorchFunctionMode):
         stand_in = self._of_stand_in.get(id(tensor))
         # (Restrided in place, not set_() onto other memory: a view of its old memory keeps its own history.)
         if stand_in is not None and stand_in[0] is tensor and id(stand_in[1]) in self._changed and (
-            storage_key(stand_in[1]) == storage_key(tensor)
+            storage_key(stand_in[1]) == storage_key(tensor) and tensor._version != stand_in[2]
         ):
             if torch.is_grad_enabled() and tensor.requires_grad:
                 # Eager's input is the view's base: its history is taken again from the input's current one.
@@ -306,7 +307,7 @@ class FreshViews(TorchFunctionMode):
         if getattr(first, STANDS_FOR_NO_VIEW, False) and out.dtype == first.dtype:
             stand_in = first  # (one of another dtype is taken again by its dtype view op: not followed)
         if stand_in is not None and _reinterpretable(stand_in.dtype, out.dtype):
-            self._of_stand_in[id(out)] = (out, stand_in)
+            self._of_stand_in[id(out)] = (out, stand_in, out._version)
         leaf_view = first._base is not None and first.requires_grad and not first._base.requires_grad
         if leaf_view and out.requires_grad and out.dtype == first.dtype:
             self._of_leaf_views[id(out)] = (out, out._version)
