@@ -589,6 +589,7 @@ def _input_info(
         # they still write the caller's memory, so the input is written (its storage, as far as reached).
         data_writes = [w for w in rooted_writes if w.storage == key]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
+    recorded_metadata_writes = [w for w in metadata_writes if w.grad_enabled]
     final_metadata = None
     if storage_set_to is not None:
         final_metadata = (tuple(fake.shape), tuple(fake.stride()), offset_of(fake))
@@ -619,7 +620,10 @@ def _input_info(
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
-        metadata_mutations_under_no_grad=bool(metadata_writes) and not any(w.grad_enabled for w in metadata_writes),
+        metadata_mutations_under_no_grad=bool(metadata_writes) and not recorded_metadata_writes,
+        metadata_record_stale=real._base is not None
+        and bool(recorded_metadata_writes)
+        and recorded_metadata_writes[-1].version not in (-1, fake._version),
         # Eager leaves it a leaf requiring grad (a write of a value with history made it none).
         sets_requires_grad=sets_requires_grad and is_leaf_safely(fake),
         storage_set_to=storage_set_to,

@@ -142,8 +142,10 @@ class FreshViews(TorchFunctionMode):
         self._on_fresh = on_fresh
         # A view's geometries before each change autograd recorded (grad mode, the view requiring grad):
         # eager differentiates the change relative to the view as it was (``AsStridedBackward1`` on the
-        # view's history), so elements the old geometry does not span get no gradient.
-        self._recorded: dict[int, list[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # view's history), so elements the old geometry does not span get no gradient. With the view's version
+        # after the last of them: once its counter moves otherwise (a write, a change under no_grad), eager's
+        # record is stale, and taken again from the base by strides in the view's geometry then.
+        self._recorded: dict[int, tuple[list[tuple[tuple[int, ...], tuple[int, ...], int]], int]] = {}
         # Views set_() moved to other memory under no_grad (their history is taken again from their base).
         self._moved_under_no_grad: set[int] = set()
         # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
@@ -220,11 +222,16 @@ class FreshViews(TorchFunctionMode):
         regenerated = torch.is_grad_enabled() and tensor.requires_grad
         if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
             fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
-        for geometry in [*self._recorded.get(id(tensor), ()), geometry_of(tensor)]:
+        for geometry in [*self._recorded_changes(tensor), geometry_of(tensor)]:
             fresh = _reinterpreted(fresh, tensor.dtype, geometry)
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
+
+    def _recorded_changes(self, tensor: torch.Tensor) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+        """The geometries before each change autograd recorded on ``tensor``, while that record is current."""
+        recorded = self._recorded.get(id(tensor))
+        return recorded[0] if recorded is not None and recorded[1] == tensor._version else []
 
     def _used(self, tensor: torch.Tensor) -> torch.Tensor:
         """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
@@ -245,9 +252,16 @@ class FreshViews(TorchFunctionMode):
         outs = [t for t in tree_flatten(kwargs.get("out"))[0] if isinstance(t, torch.Tensor)]
         out_geometry = [geometry_of(t) if t.layout == torch.strided else None for t in outs]
         own_object = name in _OWN_OBJECT_METHODS and not is_view_attribute(func)
-        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor) and args[0]._is_view():
-            if records() and args[0].requires_grad:
-                self._recorded.setdefault(id(args[0]), []).append(geometry_of(args[0]))
+        recorded_change = (
+            name in _INPLACE_VIEW_METHODS
+            and args
+            and isinstance(args[0], torch.Tensor)
+            and args[0]._is_view()
+            and records()
+            and args[0].requires_grad
+        )
+        if recorded_change:
+            recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
         if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
             # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
             # requiring grad) is off: so is it here, the collection and the trace running outside it.
@@ -270,6 +284,8 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
+        if recorded_change:
+            self._recorded[id(args[0])] = (recorded, args[0]._version)
         self._anchor(args[0] if args else None, out)
         self._note_taken_after(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, geometry_of(t))]

@@ -66,9 +66,13 @@ class Write:
     # The written tensor's storage extent when it was written: later metadata changes do not move it.
     storage: int = -1
     extent: tuple[int, int] = (0, 0)
+    # Its version counter just after the write (-1: it has none, an inference tensor).
+    version: int = -1
 
     def __post_init__(self) -> None:
         self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
+        if not self.tensor.is_inference():
+            self.version = self.tensor._version
 
     def hits(self, tensor: torch.Tensor) -> bool:
         """Whether this write may have changed an element of ``tensor``."""

@@ -186,6 +186,10 @@ class InputAliasInfo:
     storage_reach: int = 0
     # Every metadata mutation ran under no_grad (autograd records none of them).
     metadata_mutations_under_no_grad: bool = False
+    # A view input: autograd recorded a metadata mutation, then the input's counter moved again (a write, a change
+    # under no_grad), so eager's record is stale and its history taken again from its base, by strides, in its
+    # final geometry (a gradient reaches elements of the base the geometry before the change did not span).
+    metadata_record_stale: bool = False
     # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
     sets_requires_grad: bool = False
     # ``set_()`` gave the input another storage: ("input", j) that of input j, ("output", k) that of
@@ -217,6 +221,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: written_through without a data mutation")
         if self.fresh_storage_nbytes and self.storage_set_to != ("fresh", -1):
             raise ValueError(f"input {self.name}: fresh_storage_nbytes without a set_() onto a fresh storage")
+        if self.metadata_record_stale and (self.metadata_mutations_under_no_grad or not self.mutates_metadata):
+            raise ValueError(f"input {self.name}: metadata_record_stale without a metadata mutation autograd recorded")
         if (self.final_metadata is not None) != self.mutates_metadata:
             raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
 

@@ -149,10 +149,9 @@ def test_view_taken_before_the_change(fn, make_args) -> None:
     check_in_mode(fn, make_args, "training")
 
 
-# Program 342 of seed 20 (class 1), open: a view input as_strided_()d in grad mode beyond its elements, then its
-# version counter moves (a write through a detach(), another view's t_()): eager takes its history again from its
-# base, by strides, so the gradient reaches the base's element there; the compiled one keeps the record made at
-# the change, whose input geometry does not hold that element.
+# Program 342 of seed 20 (class 1): a view input as_strided_()d in grad mode beyond its elements, then its version
+# counter moves (a write through a detach(), another view's t_()): eager takes its history again from its base, by
+# strides, so the gradient reaches the base's element there, not only those of the record made at the change.
 def _as_strided_beyond_then_bumped(a0):
     a0.as_strided_((1,), (2,), 6)
     a0.detach().mul_(1)
@@ -163,11 +162,33 @@ def _tail_of_nonleaf():
     return ((torch.randn(15, generator=_gen()).requires_grad_() * 1)[10:15],)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a view's history taken again from its base after an as_strided_ in grad mode (not traced)"
-)
 def test_as_strided_beyond_then_bumped() -> None:
     check_in_mode(_as_strided_beyond_then_bumped, _tail_of_nonleaf, "training")
+
+
+# Program 3254 of seed 20 (class 1), shrunk: the same, written through the input itself, which is returned: the
+# caller's tensor, restrided after the call, takes its history again from its base too.
+def _as_strided_beyond_then_written(a0):
+    a0.as_strided_((3,), (2,), 3)
+    a0.add_(1)
+    return (a0,)
+
+
+def _as_strided_beyond_then_changed_under_no_grad(a0):
+    v0 = a0 * 2
+    a0.as_strided_((3,), (2,), 3)
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (a0, v0)
+
+
+def _middle_of_nonleaf():
+    return ((torch.randn(9, generator=_gen()).requires_grad_() * 1)[2:7],)
+
+
+@pytest.mark.parametrize("fn", [_as_strided_beyond_then_written, _as_strided_beyond_then_changed_under_no_grad])
+def test_as_strided_beyond_then_record_stale(fn) -> None:
+    check_in_mode(fn, _middle_of_nonleaf, "training")
 
 
 # Program 255 of seed 3: a member of one base restrided under no_grad after a grad-mode unfold; the base's

@@ -175,6 +175,7 @@ class MetadataMutation:
                 dataclasses.replace(
                     info,
                     mutates_metadata=False,
+                    metadata_record_stale=False,
                     final_metadata=None,
                     storage_set_to=None,
                     set_recorded=False,
@@ -315,8 +316,10 @@ class MetadataMutation:
                 if arg_idx in restrided_first or arg_idx in restrided:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
-                # it is not, and a leaf requiring grad may change its geometry there.
+                # it is not, and a leaf requiring grad may change its geometry there. A record a later write made
+                # stale is taken again, as one never made.
                 recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad
+                recorded = recorded and not info.metadata_record_stale
                 if recorded and target.requires_grad and info.version_bumps:
                     # The recorded change bumps the counter to eager's final value, and autograd's record of
                     # the view is taken at it: setting the counter afterwards would make it stale.
