@@ -181,8 +181,11 @@ class FreshViews(TorchFunctionMode):
             return fresh
         stand_in = self._of_stand_in.get(id(tensor))
         # (Restrided in place, not set_() onto other memory: a view of its old memory keeps its own history.)
-        if stand_in is not None and stand_in[0] is tensor and id(stand_in[1]) in self._changed and (
-            storage_key(stand_in[1]) == storage_key(tensor) and tensor._version != stand_in[2]
+        if (
+            stand_in is not None
+            and stand_in[0] is tensor
+            and id(stand_in[1]) in self._changed
+            and (storage_key(stand_in[1]) == storage_key(tensor) and tensor._version != stand_in[2])
         ):
             if torch.is_grad_enabled() and tensor.requires_grad:
                 # Eager's input is the view's base: its history is taken again from the input's current one.
