@@ -340,3 +340,29 @@ def _view_under_no_grad_after_change(a0):
 
 def test_view_under_no_grad_after_change() -> None:
     check_in_mode(_view_under_no_grad_after_change, lambda: _nonleaf(3, 4), "training")
+
+
+# Program 3789 of seed 20 (class 1), shrunk: a view input used in grad mode, then as_strided_()d under no_grad
+# onto fewer elements: the layers below see it in its final geometry, and the function's view of it in the old
+# one must be taken from the memory below, not from the final geometry (the use before reaches every old element).
+def _used_then_as_strided_onto_fewer(a0):
+    v1 = a0.flip(0)
+    with torch.no_grad():
+        a0.as_strided_((4,), (0,), 6)
+    return (a0 * 1, v1)
+
+
+def _used_then_as_strided_to_the_end(a0):
+    v1 = a0.flip(0)
+    with torch.no_grad():
+        a0.as_strided_((2,), (1,), 9)
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _rows_of_leaf():
+    return (torch.randn(24, generator=_gen()).requires_grad_()[5:11].view(2, 3),)
+
+
+@pytest.mark.parametrize("fn", [_used_then_as_strided_onto_fewer, _used_then_as_strided_to_the_end])
+def test_used_then_as_strided_under_no_grad(fn) -> None:
+    check_in_mode(fn, _rows_of_leaf, "training")

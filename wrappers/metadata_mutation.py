@@ -150,11 +150,13 @@ class MetadataMutation:
                 working[arg_idx] = _alias_as_made(args[arg_idx], arg_idx in no_views)
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
-                # the geometry changes then take fresh views of the leaf, which gradients reach directly.
+                # the geometry changes then take fresh views of the leaf, which gradients reach directly. A view
+                # of memory below (a synthetic base) is taken from that memory: eager's uses before the change
+                # reach every element the old geometry spans, the final one may span fewer.
                 size, stride, relative_offset = started[arg_idx]
-                working[arg_idx] = args[arg_idx].as_strided(
-                    size, stride, args[arg_idx].storage_offset() + relative_offset
-                )
+                arg = args[arg_idx]
+                source = view_root(arg) if view_root(arg).dtype == arg.dtype else arg
+                working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
