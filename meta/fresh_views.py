@@ -162,6 +162,10 @@ class FreshViews(TorchFunctionMode):
         # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
         # record of them is current until their memory or geometry changes again.
         self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
+        # Views (by id) taken from a view after its geometry changed (or from such views), and their version
+        # then: once their counter moves, eager takes their history again from the base by strides; autograd
+        # on fakes replays their view ops, the in-place change among them (elements it did not span get none).
+        self._of_changed_views: dict[int, tuple[torch.Tensor, int]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -194,7 +198,9 @@ class FreshViews(TorchFunctionMode):
                     self._on_fresh(fresh, tensor)
                 return fresh
         base = tensor._base
-        if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases):
+        of_changed = self._of_changed_views.get(id(tensor))
+        retaken = of_changed is not None and of_changed[0] is tensor and of_changed[1] != tensor._version
+        if base is None or (id(tensor) not in self._changed and id(base) not in self._changed_bases and not retaken):
             return tensor
         taken_after = self._taken_after.get(id(tensor))
         if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
@@ -306,11 +312,16 @@ class FreshViews(TorchFunctionMode):
         return out
 
     def _note_taken_after(self, first: Any, out: Any) -> None:
-        """Note ``out``, a view taken by an op from ``first``, a tensor (no view) whose geometry changed."""
+        """Note ``out``, a view taken by an op from ``first``, a tensor whose geometry changed (or a view of one
+        taken after)."""
         if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
             return
         if id(first) in self._changed_bases and out._base is first:
             self._taken_after[id(out)] = (out, out._version)
+        of_changed = self._of_changed_views.get(id(first))
+        changed_view = self._changed.get(id(first)) is first or (of_changed is not None and of_changed[0] is first)
+        if changed_view and out._base is not None and out._base is first._base:
+            self._of_changed_views[id(out)] = (out, out._version)
 
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it

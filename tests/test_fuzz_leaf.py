@@ -366,3 +366,30 @@ def _rows_of_leaf():
 @pytest.mark.parametrize("fn", [_used_then_as_strided_onto_fewer, _used_then_as_strided_to_the_end])
 def test_used_then_as_strided_under_no_grad(fn) -> None:
     check_in_mode(fn, _rows_of_leaf, "training")
+
+
+# Program 3864 of seed 20 (class 1), shrunk: a view taken from a view input after its as_strided_() in grad mode
+# beyond its elements, then the memory written through a detach(): eager takes the view's history again from the
+# base by strides; autograd on fakes replays its view ops, the as_strided_ among them, which reach fewer elements.
+def _view_after_as_strided_beyond_then_bumped(a1):
+    a1.as_strided_((4,), (1,), 15)
+    v0 = a1.view(-1)
+    v1 = v0[1:]
+    a1.detach().mul_(2)
+    return (a1 * 1, v0 * 1, v1 * 3)
+
+
+def _view_after_as_strided_beyond_returned(a1):
+    a1.as_strided_((4,), (1,), 15)
+    v0 = a1.view(2, 2)
+    a1.detach().mul_(2)
+    return (v0, v0 * 2)
+
+
+def _slice_of_nonleaf():
+    return ((torch.randn(24, generator=_gen()).requires_grad_() * 1)[5:10],)
+
+
+@pytest.mark.parametrize("fn", [_view_after_as_strided_beyond_then_bumped, _view_after_as_strided_beyond_returned])
+def test_view_after_as_strided_beyond_then_bumped(fn) -> None:
+    check_in_mode(fn, _slice_of_nonleaf, "training")
