@@ -393,3 +393,27 @@ def _slice_of_nonleaf():
 @pytest.mark.parametrize("fn", [_view_after_as_strided_beyond_then_bumped, _view_after_as_strided_beyond_returned])
 def test_view_after_as_strided_beyond_then_bumped(fn) -> None:
     check_in_mode(fn, _slice_of_nonleaf, "training")
+
+
+# Program 3986 of seed 20 (class 1), shrunk: an expanded leaf (its elements share memory) written under no_grad,
+# then used: eager's gradient has one value per index, not one per element of the memory the synthetic base spans.
+def _expanded_leaf_written_under_no_grad(a0):
+    with torch.no_grad():
+        a0.index_fill_(-1, torch.tensor([0]), 2.0)
+    v0 = a0.narrow(-1, 1, 1)
+    return (a0 * torch.arange(1.0, 3.0), v0 * 3)
+
+
+def _expanded_leaf_written_returned(a0):
+    with torch.no_grad():
+        a0.index_fill_(-1, torch.tensor([0]), 2.0)
+    return (a0, a0[1:] * 3)
+
+
+def _expanded_leaf():
+    return (torch.randn((), generator=_gen()).expand(2).detach().requires_grad_(),)
+
+
+@pytest.mark.parametrize("fn", [_expanded_leaf_written_under_no_grad, _expanded_leaf_written_returned])
+def test_expanded_leaf_written_under_no_grad(fn) -> None:
+    check_in_mode(fn, _expanded_leaf, "training")

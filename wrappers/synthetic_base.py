@@ -153,9 +153,20 @@ def _grad_root(tensor: torch.Tensor) -> torch.Tensor | None:
 
 def _own_histories(members: Sequence[torch.Tensor]) -> list[int]:
     """Positions of the members requiring grad whose history is not the base's: a leaf of its own sharing the
-    memory (``detach().requires_grad_()``), a view of another leaf. Eager differentiates each through its own."""
+    memory (``detach().requires_grad_()``), a view of another leaf. Eager differentiates each through its own.
+    So is a leaf whose elements share memory (an expanded one): eager's gradient has one value per index, the
+    base's one per element of memory."""
     source = _grad_root(_source(members))
-    return [k for k, m in enumerate(members) if (root := _grad_root(m)) is not None and root is not source]
+    return [
+        k
+        for k, m in enumerate(members)
+        if (root := _grad_root(m)) is not None and (root is not source or (root is m and _shares_elements(m)))
+    ]
+
+
+def _shares_elements(tensor: torch.Tensor) -> bool:
+    """Whether elements of ``tensor`` may share memory (``expand``, overlapping ``as_strided``)."""
+    return torch._debug_has_internal_overlap(tensor) != 0
 
 
 def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.Tensor:
