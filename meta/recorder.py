@@ -66,13 +66,12 @@ class Write:
     # The written tensor's storage extent when it was written: later metadata changes do not move it.
     storage: int = -1
     extent: tuple[int, int] = (0, 0)
-    # Its version counter just after the write (-1: it has none, an inference tensor).
+    # Its version counter once autograd bumped it for the write (-1: it has none, an inference tensor), set when
+    # the recorder settles the write (autograd bumps after the op returns).
     version: int = -1
 
     def __post_init__(self) -> None:
         self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
-        if not self.tensor.is_inference():
-            self.version = self.tensor._version
 
     def hits(self, tensor: torch.Tensor) -> bool:
         """Whether this write may have changed an element of ``tensor``."""
@@ -174,6 +173,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         pending, self._pending_write = self._pending_write, None
         if pending is None:
             return
+        for write in reversed(self.writes):
+            if write.seq != pending[0]:
+                break
+            if not write.tensor.is_inference():
+                write.version = write.tensor._version
         for i, source in enumerate(self._sources):
             current = source._version
             if current != self._seen_versions[i] and pending[1]:
