@@ -117,9 +117,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then;
         # and leaves whose geometry changed under no_grad after a use autograd recorded (see ``_note_grad_use``).
         self.moved_history: dict[int, int] = {}
-        # Leaf inputs requiring grad, by id, and those an op autograd records has read: eager made their
-        # gradient accumulator then, for the geometry they had.
-        self._grad_leaves = {id(t) for t in alias_sources if t.requires_grad and t.grad_fn is None}
+        # Leaf inputs, by id (requiring grad, or made to by the function's requires_grad_()), and those requiring
+        # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
+        self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
         self._accumulating: set[int] = set()
         self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
@@ -290,7 +290,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     root = view_root(tensor)
-                    if id(root) in self._grad_leaves:
+                    if id(root) in self._grad_leaves and root.requires_grad:
                         self._accumulating.add(id(root))
 
     def _refuse_set_of_input_with_history(

@@ -202,7 +202,7 @@ class MetadataMutation:
             UserArg(i)
             for i, info in enumerate(meta.input_info)
             if info.sets_requires_grad
-            and (not info.mutates_metadata or _restrided_inside_allowed(info))
+            and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
             and info.storage_set_to is None
             and info.storage_grown_to == 0
         )
@@ -574,6 +574,13 @@ def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
         and not info.storage_grown_to
         and not info.moves_history
     )
+
+
+def _written_then_restrided(info: InputAliasInfo) -> bool:
+    """Written, its geometry changed under no_grad, in grad mode: below, it is a leaf requiring grad changed so
+    (``_restrided_first``, or its history moved), so eager's backward, its gradients or the error its history
+    raises, reaches the caller's tensor (not a leaf the caller never sees)."""
+    return info.mutates_data and info.metadata_mutations_under_no_grad and torch.is_grad_enabled()
 
 
 def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
