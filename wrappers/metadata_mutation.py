@@ -59,7 +59,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source
-from wrappers.history import GradientTo
+from wrappers.history import AdoptHistory, GradientTo, with_history
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
@@ -90,6 +90,8 @@ class MetadataMutation:
         self._grad_from_inside: tuple[UserArg, ...] = ()
         # Inputs whose history set_() moves (``InputAliasInfo.moves_history``): their bases are passed too.
         self._moved: tuple[UserArg, ...] = ()
+        # Inputs set_() under no_grad keeping a history a geometry change autograd recorded gave them.
+        self._kept_history: tuple[UserArg, ...] = ()
         self._steps: tuple[Any, Any] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
@@ -116,6 +118,9 @@ class MetadataMutation:
         # Inputs set_() onto a storage the function made: the graph returns their final value.
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
+        # Inputs whose history eager's set_() keeps: the graph also returns each as it ends, with that history.
+        kept_history = tuple(i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]))
+        self._kept_history = kept_history
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
         self._restrided = restrided
         restrided_first = tuple(
@@ -159,13 +164,20 @@ class MetadataMutation:
                 outs = list(flat_fn(*working))
             # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
             made = [whole_storage(working[arg_idx]) for arg_idx in fresh]
-            return [*(outs[out] for out in split.kept), *made]
+            ended = [working[arg_idx].clone(memory_format=torch.contiguous_format) for arg_idx in kept_history]
+            return [*(outs[out] for out in split.kept), *made, *ended]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
             info = meta.input_info[arg_idx]
             dtype = outer.args[arg_idx].dtype
             numel = info.fresh_storage_nbytes // outer.args[arg_idx].element_size()
             return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec((numel,), (1,), dtype))
+
+        def as_ended(arg_idx: UserArg) -> OutputAliasInfo:
+            final = meta.input_info[arg_idx].final_metadata
+            assert final is not None
+            spec = TensorSpec(final[0], tuple(torch.empty(final[0], device="meta").stride()), outer.args[arg_idx].dtype)
+            return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=True, spec=spec)
 
         inner_meta = dataclasses.replace(
             meta,
@@ -187,7 +199,8 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             ),
             output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
-            + tuple(final_value(i) for i in fresh),
+            + tuple(final_value(i) for i in fresh)
+            + tuple(as_ended(i) for i in kept_history),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
@@ -263,6 +276,7 @@ class MetadataMutation:
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
+        kept_history = self._kept_history
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -283,8 +297,9 @@ class MetadataMutation:
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
             targets, geometries, before = entered
-            num_kept = len(split.kept)
-            new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
+            num_kept, num_fresh = len(split.kept), len(fresh)
+            new_storages = dict(zip(fresh, inner_outs[num_kept : num_kept + num_fresh], strict=True))
+            histories = dict(zip(kept_history, inner_outs[num_kept + num_fresh :], strict=True))
             inner_outs = inner_outs[:num_kept]
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor | None:
@@ -308,6 +323,8 @@ class MetadataMutation:
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
+                    if arg_idx in histories:
+                        with_history(AdoptHistory, target, histories[arg_idx])
                     retaken.append(target)
                     continue
                 if arg_idx in restrided_first or arg_idx in restrided:
@@ -539,6 +556,21 @@ def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:
     if not (exact and whole.untyped_storage().nbytes() == whole.numel() * whole.element_size()):
         whole = whole.detach().clone(memory_format=torch.contiguous_format)
     return whole.detach().untyped_storage()
+
+
+def _history_kept_by_set(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """An input requiring grad (no view, no leaf) whose geometry a change autograd recorded moved, then set_()
+    under no_grad: eager's set_() keeps the history, in the geometry that change left, which the caller's tensor,
+    never changed in place by the call, lacks."""
+    recorded_change = not info.metadata_mutations_under_no_grad and not info.set_recorded
+    return (
+        info.storage_set_to is not None
+        and recorded_change
+        and info.requires_grad
+        and not info.is_leaf
+        and arg._base is None
+        and torch.is_grad_enabled()
+    )
 
 
 def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
