@@ -69,6 +69,23 @@ def _restrided_and_written_then_used(a0):
     return ((a0 * 2).sum(),)
 
 
+def _restrided_then_made_to_require_grad_and_written(a0):
+    a0.t_()
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.mul_(2)
+    return ((a0 * 2).sum(), a0)
+
+
+def _used_then_unsqueezed_and_written(a0):
+    a0.requires_grad_()
+    v = a0 * 3
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+        a0.add_(1)
+    return (v, a0.exp())
+
+
 def _small_block():
     return (_randn(2, 3),)
 
@@ -77,13 +94,21 @@ def _backward_of(fn, args):
     """The caller's tensor's ``.grad`` after the backward of ``fn``'s outputs, or the error it raised."""
     outs = fn(*args)
     try:
-        torch.autograd.backward([o for o in outs if o.requires_grad])
+        torch.autograd.backward([o.sum() for o in outs if o.requires_grad])
     except RuntimeError as error:
         return error
     return args[0].grad
 
 
-@pytest.mark.parametrize("fn", [_used_then_restrided_and_written, _restrided_and_written_then_used])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _used_then_restrided_and_written,
+        _restrided_and_written_then_used,
+        _restrided_then_made_to_require_grad_and_written,
+        _used_then_unsqueezed_and_written,
+    ],
+)
 def test_input_made_to_require_grad_then_written_and_restrided(fn) -> None:
     check_in_mode(fn, _small_block, "training")
     eager = _backward_of(fn, _small_block())

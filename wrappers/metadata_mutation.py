@@ -124,7 +124,9 @@ class MetadataMutation:
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
         self._restrided = restrided
         restrided_first = tuple(
-            i for i in mutated if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i])
+            i
+            for i in mutated
+            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
         )
         self._restrided_first = restrided_first
         inner_args = list(outer.args)
@@ -573,15 +575,16 @@ def _history_kept_by_set(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     )
 
 
-def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """A leaf requiring grad whose geometry changes under no_grad, written (else ``_restrided_inside``, in
-    grad mode): later uses differentiate the leaf in its new geometry (its gradient has that shape), so it
-    is restrided before the call and the function gets a view of it in the old geometry, through which
-    gradients reach the leaf as in eager.
+def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: bool = False) -> bool:
+    """A leaf requiring grad whose geometry changes under no_grad (or before ``requires_grad_()`` inside, where
+    autograd records it neither), written (else ``_restrided_inside``, in grad mode): later uses differentiate
+    the leaf in its new geometry (its gradient has that shape), so it is restrided before the call and the
+    function gets a view of it in the old geometry, through which gradients reach the leaf as in eager.
 
     Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
     old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
-    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad) or info.moves_history:
+    unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
+    if not (info.is_leaf and info.requires_grad and unrecorded) or info.moves_history:
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
@@ -609,10 +612,11 @@ def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
 
 
 def _written_then_restrided(info: InputAliasInfo) -> bool:
-    """Written, its geometry changed under no_grad, in grad mode: below, it is a leaf requiring grad changed so
+    """Written, in grad mode (its geometry changes where autograd records nothing: under no_grad, or before its
+    ``requires_grad_()``, as eager refuses a leaf requiring grad's): below, it is a leaf requiring grad changed so
     (``_restrided_first``, or its history moved), so eager's backward, its gradients or the error its history
     raises, reaches the caller's tensor (not a leaf the caller never sees)."""
-    return info.mutates_data and info.metadata_mutations_under_no_grad and torch.is_grad_enabled()
+    return info.mutates_data and torch.is_grad_enabled()
 
 
 def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
