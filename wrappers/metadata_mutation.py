@@ -25,6 +25,10 @@ call; the function gets an untracked alias of it, and after its
 ``requires_grad_()`` every op reads a view of the input instead, so uses before
 stay untracked and uses after reach the input's ``.grad``, as in eager.
 
+An input ``set_()`` under no_grad after a geometry change autograd recorded keeps the history that change gave
+it: the graph also returns the input as it ends, whose history the caller's tensor adopts once set_() onto
+its new memory.
+
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
 its data, as eager grows it: below, the resize is one within the storage.
