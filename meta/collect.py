@@ -217,6 +217,8 @@ def collect_meta(
             fake.requires_grad and not requires_grad,
             initial_storage,
             set_to,
+            # Autograd recorded the set_() itself (its history is set_'s), not only other changes before it.
+            set_to is not None and id(fake) in recorder.recorded_sets,
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
@@ -573,6 +575,7 @@ def _input_info(
     sets_requires_grad: bool,
     initial_storage: tuple[int, tuple[int, int]],
     storage_set_to: tuple[str, int] | None,
+    set_recorded: bool,
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
@@ -628,7 +631,7 @@ def _input_info(
         sets_requires_grad=sets_requires_grad and is_leaf_safely(fake),
         storage_set_to=storage_set_to,
         fresh_storage_nbytes=int(fake.untyped_storage().nbytes()) if storage_set_to == ("fresh", -1) else 0,
-        set_recorded=storage_set_to is not None and fake.requires_grad and history_rewritten,
+        set_recorded=set_recorded,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
     )

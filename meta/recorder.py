@@ -120,9 +120,12 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then;
         # and leaves whose geometry changed under no_grad after a use autograd recorded (see ``_note_grad_use``).
         self.moved_history: dict[int, int] = {}
-        # Leaf inputs requiring grad, by id, and those an op autograd records has read: eager made their
-        # gradient accumulator then, for the geometry they had.
-        self._grad_leaves = {id(t) for t in alias_sources if t.requires_grad and t.grad_fn is None}
+        # Tensors (by id) a set_() autograd recorded was made on (grad mode, the target or the source requiring
+        # grad): their history is set_'s, whose derivative raises.
+        self.recorded_sets: set[int] = set()
+        # Leaf inputs, by id (requiring grad, or made to by the function's requires_grad_()), and those requiring
+        # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
+        self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
         self._accumulating: set[int] = set()
         self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
@@ -233,6 +236,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._note_grad_use([*args, *kwargs.values()])
         self._storage_owners.note([out])
         if set_from is not None and first is not None:
+            # (Below autograd: the tensors' requires_grad before the op, as autograd judged them.)
+            source = args[1] if func is aten.set_.source_Tensor else None
+            if records() and (first.requires_grad or (isinstance(source, torch.Tensor) and source.requires_grad)):
+                self.recorded_sets.add(id(first))
             self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
             self._note_storage_use(func, [out])
@@ -298,7 +305,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     root = view_root(tensor)
-                    if id(root) in self._grad_leaves:
+                    if id(root) in self._grad_leaves and root.requires_grad:
                         self._accumulating.add(id(root))
 
     def _refuse_set_of_input_with_history(

@@ -277,11 +277,6 @@ def _plain_block():
     return (_randn(2, 3, 4),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="class 6: eager's backward takes the history of a view made before requires_grad_() again from its base "
-    "resized by out= under no_grad, and refuses its gradient's shape; the backward error on fakes misses it",
-)
 def test_backward_of_view_of_resized_input_raises() -> None:
     check_in_mode(_resized_by_out_after_function, _plain_block, "training")
 

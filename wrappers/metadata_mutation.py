@@ -25,6 +25,10 @@ call; the function gets an untracked alias of it, and after its
 ``requires_grad_()`` every op reads a view of the input instead, so uses before
 stay untracked and uses after reach the input's ``.grad``, as in eager.
 
+An input ``set_()`` under no_grad after a geometry change autograd recorded keeps the history that change gave
+it: the graph also returns the input as it ends, whose history the caller's tensor adopts once set_() onto
+its new memory.
+
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
 its data, as eager grows it: below, the resize is one within the storage.
@@ -59,7 +63,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source
-from wrappers.history import GradientTo
+from wrappers.history import AdoptHistory, GradientTo, with_history
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
@@ -90,6 +94,8 @@ class MetadataMutation:
         self._grad_from_inside: tuple[UserArg, ...] = ()
         # Inputs whose history set_() moves (``InputAliasInfo.moves_history``): their bases are passed too.
         self._moved: tuple[UserArg, ...] = ()
+        # Inputs set_() under no_grad keeping a history a geometry change autograd recorded gave them.
+        self._kept_history: tuple[UserArg, ...] = ()
         self._steps: tuple[Any, Any] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
@@ -116,10 +122,15 @@ class MetadataMutation:
         # Inputs set_() onto a storage the function made: the graph returns their final value.
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
+        # Inputs whose history eager's set_() keeps: the graph also returns each as it ends, with that history.
+        kept_history = tuple(i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]))
+        self._kept_history = kept_history
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
         self._restrided = restrided
         restrided_first = tuple(
-            i for i in mutated if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i])
+            i
+            for i in mutated
+            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
         )
         self._restrided_first = restrided_first
         inner_args = list(outer.args)
@@ -163,13 +174,20 @@ class MetadataMutation:
                 outs = list(flat_fn(*working))
             # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
             made = [whole_storage(working[arg_idx]) for arg_idx in fresh]
-            return [*(outs[out] for out in split.kept), *made]
+            ended = [working[arg_idx].clone(memory_format=torch.contiguous_format) for arg_idx in kept_history]
+            return [*(outs[out] for out in split.kept), *made, *ended]
 
         def final_value(arg_idx: UserArg) -> OutputAliasInfo:
             info = meta.input_info[arg_idx]
             dtype = outer.args[arg_idx].dtype
             numel = info.fresh_storage_nbytes // outer.args[arg_idx].element_size()
             return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec((numel,), (1,), dtype))
+
+        def as_ended(arg_idx: UserArg) -> OutputAliasInfo:
+            final = meta.input_info[arg_idx].final_metadata
+            assert final is not None
+            spec = TensorSpec(final[0], tuple(torch.empty(final[0], device="meta").stride()), outer.args[arg_idx].dtype)
+            return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=True, spec=spec)
 
         inner_meta = dataclasses.replace(
             meta,
@@ -192,7 +210,8 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             ),
             output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
-            + tuple(final_value(i) for i in fresh),
+            + tuple(final_value(i) for i in fresh)
+            + tuple(as_ended(i) for i in kept_history),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
@@ -207,7 +226,7 @@ class MetadataMutation:
             UserArg(i)
             for i, info in enumerate(meta.input_info)
             if info.sets_requires_grad
-            and (not info.mutates_metadata or _restrided_inside_allowed(info))
+            and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
             and info.storage_set_to is None
             and info.storage_grown_to == 0
         )
@@ -268,6 +287,7 @@ class MetadataMutation:
         assert split is not None
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
+        kept_history = self._kept_history
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -288,8 +308,9 @@ class MetadataMutation:
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
             targets, geometries, before = entered
-            num_kept = len(split.kept)
-            new_storages = dict(zip(fresh, inner_outs[num_kept:], strict=True))
+            num_kept, num_fresh = len(split.kept), len(fresh)
+            new_storages = dict(zip(fresh, inner_outs[num_kept : num_kept + num_fresh], strict=True))
+            histories = dict(zip(kept_history, inner_outs[num_kept + num_fresh :], strict=True))
             inner_outs = inner_outs[:num_kept]
 
             def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor | None:
@@ -313,6 +334,8 @@ class MetadataMutation:
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
+                    if arg_idx in histories:
+                        with_history(AdoptHistory, target, histories[arg_idx])
                     retaken.append(target)
                     continue
                 if arg_idx in restrided_first or arg_idx in restrided:
@@ -550,15 +573,31 @@ def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:
     return whole.detach().untyped_storage()
 
 
-def _restrided_first(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """A leaf requiring grad whose geometry changes under no_grad, written (else ``_restrided_inside``, in
-    grad mode): later uses differentiate the leaf in its new geometry (its gradient has that shape), so it
-    is restrided before the call and the function gets a view of it in the old geometry, through which
-    gradients reach the leaf as in eager.
+def _history_kept_by_set(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """An input requiring grad (no view, no leaf) whose geometry a change autograd recorded moved, then set_()
+    under no_grad: eager's set_() keeps the history, in the geometry that change left, which the caller's tensor,
+    never changed in place by the call, lacks."""
+    recorded_change = not info.metadata_mutations_under_no_grad and not info.set_recorded
+    return (
+        info.storage_set_to is not None
+        and recorded_change
+        and info.requires_grad
+        and not info.is_leaf
+        and arg._base is None
+        and torch.is_grad_enabled()
+    )
+
+
+def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: bool = False) -> bool:
+    """A leaf requiring grad whose geometry changes under no_grad (or before ``requires_grad_()`` inside, where
+    autograd records it neither), written (else ``_restrided_inside``, in grad mode): later uses differentiate
+    the leaf in its new geometry (its gradient has that shape), so it is restrided before the call and the
+    function gets a view of it in the old geometry, through which gradients reach the leaf as in eager.
 
     Gradients reach the elements the view spans: all of the new geometry's when it is a permutation of the
     old one (``t_``), or when the input is written (the synthetic-base layer then spans its storage)."""
-    if not (info.is_leaf and info.requires_grad and info.metadata_mutations_under_no_grad) or info.moves_history:
+    unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
+    if not (info.is_leaf and info.requires_grad and unrecorded) or info.moves_history:
         return False
     assert info.final_metadata is not None
     size, stride, relative_offset = info.final_metadata
@@ -583,6 +622,14 @@ def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
         and not info.storage_grown_to
         and not info.moves_history
     )
+
+
+def _written_then_restrided(info: InputAliasInfo) -> bool:
+    """Written, in grad mode (its geometry changes where autograd records nothing: under no_grad, or before its
+    ``requires_grad_()``, as eager refuses a leaf requiring grad's): below, it is a leaf requiring grad changed so
+    (``_restrided_first``, or its history moved), so eager's backward, its gradients or the error its history
+    raises, reaches the caller's tensor (not a leaf the caller never sees)."""
+    return info.mutates_data and torch.is_grad_enabled()
 
 
 def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
