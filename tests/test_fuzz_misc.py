@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import Identity
 from tests.oracle import MODES, check_in_mode
 
 
@@ -69,3 +70,53 @@ VIEW_OF_MOVED_INPUT = {
 @pytest.mark.parametrize("name", sorted(VIEW_OF_MOVED_INPUT))
 def test_view_of_moved_input_after_base_written(name, mode):
     check_in_mode(*VIEW_OF_MOVED_INPUT[name], mode)
+
+
+# Slice 2, class 6 (program 4976): a view of an input set_() onto the input (or part of it), then the input set_()
+# elsewhere. Eager's view sits where the input was at its set_(); the recorded step read the source's geometry at
+# the end of the run (where it had moved since), and the output came back with the moved input's shape.
+
+
+def _view_set_onto_input_then_input_moved(a0, a1):
+    v0 = a0[1:]
+    v0.set_(a0)
+    a0.set_(a1.detach())
+    return (v0,)
+
+
+def _view_set_onto_part_then_input_transposed(a0, a1):
+    v0 = a0[...]
+    v0.set_(a0[1:])
+    a0.t_()
+    return (v0, a0 * 1)
+
+
+def _function_view_set_onto_input_then_input_moved(a0, a1):
+    with torch.no_grad():
+        v0 = Identity.apply(a0)
+    with torch.no_grad():
+        v0.set_(a0)
+    with torch.no_grad():
+        a0.set_(a1.untyped_storage(), a1.storage_offset(), a1.shape, a1.stride())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        v2 = v0 @ v0.mT
+        v0.data.transpose_(0, -1)
+    return (a1, v0, sum(t.real.sum() for t in (a0, a1, v0, v2)))
+
+
+def _transposed_non_leaf_and_block():
+    s1 = _randn(10).requires_grad_()
+    return ((_randn(3, 3).requires_grad_() * 1).t(), s1[5:9].view(2, 2))
+
+
+SET_ONTO_SOURCE_MOVED_LATER = {
+    "view_set_onto_input_then_input_moved": _view_set_onto_input_then_input_moved,
+    "view_set_onto_part_then_input_transposed": _view_set_onto_part_then_input_transposed,
+    "function_view_set_onto_input_then_input_moved": _function_view_set_onto_input_then_input_moved,
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_SOURCE_MOVED_LATER))
+def test_view_set_onto_source_moved_later(name, mode):
+    check_in_mode(SET_ONTO_SOURCE_MOVED_LATER[name], _transposed_non_leaf_and_block, mode)
