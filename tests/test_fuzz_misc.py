@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import Identity
+from tests.functions import Identity, ScaledBySaved, WithSign
 from tests.oracle import MODES, check_in_mode
 
 
@@ -120,3 +120,55 @@ SET_ONTO_SOURCE_MOVED_LATER = {
 @pytest.mark.parametrize("name", sorted(SET_ONTO_SOURCE_MOVED_LATER))
 def test_view_set_onto_source_moved_later(name, mode):
     check_in_mode(SET_ONTO_SOURCE_MOVED_LATER[name], _transposed_non_leaf_and_block, mode)
+
+
+# Slice 2, class 3 (program 4311) and flags class 21: an output's gradient reaches an autograd.Function whose
+# backward writes its saved input, through a leaf the function made only. Eager's backward runs every node
+# reaching a leaf; the joint trace differentiated the inputs only (none, or not through that Function), so the
+# write never happened.
+
+
+def _function_behind_made_leaf(a0, a1):
+    v1, v2 = WithSign.apply(a0)
+    v2.requires_grad_()
+    v4 = ScaledBySaved.apply(v2, a0)
+    return (v4,)
+
+
+def _function_behind_fresh_leaf(a0, a1):
+    w = torch.ones(2, requires_grad=True)
+    return (ScaledBySaved.apply(w, a0), a1 * 2)
+
+
+def _program_4311(a0, a1):
+    v0 = a1[1:]
+    v1, v2 = WithSign.apply(a0)
+    v3 = ScaledBySaved.apply(a1, a1)
+    v1.t_()
+    with torch.set_grad_enabled(False):
+        v2.requires_grad_()
+    with torch.set_grad_enabled(False):
+        v1.index_fill_(-1, torch.tensor([0]), 2.0)
+    v4 = ScaledBySaved.apply(v2, a0)
+    return (v1, v4, sum(t.real.sum() for t in (a0, a1, v0, v1, v2, v3, v4)))
+
+
+def _column_and_expanded_scalar():
+    return (_randn(2, 8)[:, 2], _randn(()).expand(2))
+
+
+def _column_and_leaf():
+    return (_randn(2, 8)[:, 2], _randn(2).requires_grad_())
+
+
+BACKWARD_WRITES_BEHIND_MADE_LEAF = {
+    "function_behind_made_leaf": (_function_behind_made_leaf, _column_and_expanded_scalar),
+    "function_behind_fresh_leaf": (_function_behind_fresh_leaf, _column_and_expanded_scalar),
+    "function_behind_fresh_leaf_other_input_requiring_grad": (_function_behind_fresh_leaf, _column_and_leaf),
+    "program_4311": (_program_4311, _column_and_expanded_scalar),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_WRITES_BEHIND_MADE_LEAF))
+def test_function_backward_writes_input_behind_made_leaf(name):
+    check_in_mode(*BACKWARD_WRITES_BEHIND_MADE_LEAF[name], "training")
