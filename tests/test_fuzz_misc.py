@@ -172,3 +172,57 @@ BACKWARD_WRITES_BEHIND_MADE_LEAF = {
 @pytest.mark.parametrize("name", sorted(BACKWARD_WRITES_BEHIND_MADE_LEAF))
 def test_function_backward_writes_input_behind_made_leaf(name):
     check_in_mode(*BACKWARD_WRITES_BEHIND_MADE_LEAF[name], "training")
+
+
+# Slice 2, class 2 (program 4486): under the caller's no_grad, a view of an input taken before set_() moved the
+# input (a leaf there: a view made under no_grad) to smaller memory. The stand-in giving that view the history eager
+# takes again (the leaf as_strided in the view's geometry, on its new memory) reached past that memory, which a real
+# as_strided refuses (setStorage out of bounds): it is recorded only there now.
+
+
+def _view_then_input_moved_to_smaller(a1):
+    v0 = a1[1:]
+    with torch.no_grad():
+        a1.set_(torch.ones(2))
+    return (v0 * 1,)
+
+
+def _view_then_input_moved_then_enable_grad(a1):
+    v0 = a1[1:]
+    with torch.no_grad():
+        a1.set_(torch.ones(2))
+    with torch.enable_grad():
+        return (v0 * 1,)
+
+
+def _program_4486(a0, a1):
+    a1.detach().transpose_(0, -1)
+    a0.data.t_()
+    v0 = a1.transpose(0, -1)
+    v0.data.resize_(11)
+    v1 = a0.flip(0)
+    with torch.no_grad():
+        a1.set_(v1)
+    return (a0, a1, sum(t.real.sum() for t in (a0, a1, v0, v1)))
+
+
+def _strided_columns():
+    return (_randn(3, 8).requires_grad_()[:, 1::3],)
+
+
+def _strided_columns_twice():
+    (i0,) = _strided_columns()
+    return (i0, i0)
+
+
+VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD = {
+    "view_then_input_moved_to_smaller": (_view_then_input_moved_to_smaller, _strided_columns),
+    "view_then_input_moved_then_enable_grad": (_view_then_input_moved_then_enable_grad, _strided_columns),
+    "program_4486": (_program_4486, _strided_columns_twice),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD))
+def test_view_of_input_moved_under_no_grad(name, mode):
+    check_in_mode(*VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD[name], mode)
