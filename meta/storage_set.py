@@ -80,9 +80,7 @@ def history_taken_again(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor
         return base_as_strided_onto(base, moved, (tuple(moved.shape), tuple(moved.stride()), moved.storage_offset()))
 
 
-def base_as_strided_onto(
-    base: torch.Tensor, memory: torch.Tensor, geometry: tuple[tuple[int, ...], tuple[int, ...], int]
-) -> torch.Tensor:
+def base_as_strided_onto(base: torch.Tensor, memory: torch.Tensor, geometry: tuple[Any, Any, Any]) -> torch.Tensor:
     """``memory``'s values with the history of ``base.as_strided(*geometry)`` (in the grad mode it is called in),
     recorded only where the geometry reaches past the base's storage, where a real ``as_strided`` refuses it."""
     size, stride, offset = geometry
@@ -116,9 +114,8 @@ class _RecordedAsStrided(torch.autograd.Function):
         return storage.as_strided(*ctx.base_geometry), None, None
 
 
-def _reach(geometry: tuple[tuple[int, ...], tuple[int, ...], int]) -> int:
+def _reach(geometry: tuple[Any, Any, Any]) -> int:
     """The end of the storage interval a tensor of ``geometry`` (size, stride, offset) spans, in elements."""
     size, stride, offset = geometry
-    if 0 in size:
-        return int(offset)
-    return int(offset) + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    end: int = offset if 0 in size else offset + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    return end

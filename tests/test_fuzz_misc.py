@@ -129,7 +129,7 @@ def test_view_set_onto_source_moved_later(name, mode):
 
 
 def _function_behind_made_leaf(a0, a1):
-    v1, v2 = WithSign.apply(a0)
+    _, v2 = WithSign.apply(a0)
     v2.requires_grad_()
     v4 = ScaledBySaved.apply(v2, a0)
     return (v4,)
