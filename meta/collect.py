@@ -348,6 +348,7 @@ def collect_meta(
             chain = _from_moved_geometry(chain, root, initial_geometry[base], root_geometry)
             output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, after_set=True))
             continue
+        chain = _sources_as_offsets(chain, root, root_geometry)
         if id(root) in input_position:
             base = input_position[id(root)]
             _refuse_chain_with_traced_tensor(chain, base)
@@ -662,6 +663,41 @@ def _new_storage(
         if isinstance(out, torch.Tensor) and out is not fake and storage_key(out) == key:
             return ("output", k)
     return ("fresh", -1)
+
+
+def _sources_as_offsets(
+    chain: tuple[ViewStep, ...],
+    root: torch.Tensor,
+    root_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None,
+) -> tuple[ViewStep, ...]:
+    """``chain`` with each ``set_()`` onto a traced tensor in ``root``'s memory replaced by a ``set_()`` of the
+    view onto its own memory at the source's geometry (an offset relative to the view's): the replay then
+    needs no traced tensor, and the view stays the object eager's is (its ``_base``, set_'s history).
+
+    ``root_geometry``: the geometry ``root`` had when the first step was taken from it (its geometry may
+    have changed in place since), where the view sat before each ``set_()`` is found from."""
+    if not any(step.op in _SET_TWINS and step.args and isinstance(step.args[0], torch.Tensor) for step in chain):
+        return chain
+    start = root
+    if root_geometry is not None and chain[0].from_geometry is None:
+        with torch.no_grad():
+            start = root.as_strided(*root_geometry)
+    steps = list(chain)
+    for i, step in enumerate(steps):
+        source = step.args[0] if step.op in _SET_TWINS and step.args else None
+        if not isinstance(source, torch.Tensor) or storage_key(source) != storage_key(root):
+            continue
+        try:
+            with torch.no_grad():
+                before = replay_views(start, tuple(steps[:i]))  # where the view sat before the set_(), in the trace
+        except RuntimeError:
+            continue  # not taken again from the root as it is now: the step stays (and is refused)
+        if storage_key(before) != storage_key(root):
+            continue
+        delta = int(source.storage_offset()) - int(before.storage_offset())
+        geometry = (tuple(source.shape), tuple(source.stride()), delta)
+        steps[i] = dataclasses.replace(step, op=set_within, args=geometry, kwargs=())
+    return tuple(steps)
 
 
 def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> None:

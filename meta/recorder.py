@@ -499,14 +499,14 @@ def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = F
 
 
 def _set_twin(source: torch.Tensor, set_from: Any) -> tuple[Any, tuple[Any, ...]]:
-    """The step standing for ``t.set_(source)``, taken from ``source`` as it is now (a later set_() or geometry
-    change of it leaves where eager put ``t``): within the memory ``t`` sat in (``set_from``: its storage and
-    geometry then), a move by an offset from where it sat, which a replay on the caller's memory can take
-    again; else a set_() onto an alias of the source (a tensor of the trace, which no replay has)."""
+    """The step standing for ``t.set_(source)``: within the memory ``t`` sat in (``set_from``: its storage and
+    geometry then), a move by an offset from where it sat, read from ``source`` as it is now (a later set_() or
+    geometry change of it leaves where eager put ``t``), which a replay on the caller's memory can take again;
+    else a set_() onto the source (a tensor of the trace; ``meta.collect`` rewrites it where it can)."""
     storage, (_, _, offset) = set_from
     if storage_key(source) == storage and source.layout == torch.strided:
         return set_within, (tuple(source.shape), tuple(source.stride()), int(source.storage_offset()) - int(offset))
-    return aten.set.source_Tensor, (aten.alias.default(source),)
+    return aten.set.source_Tensor, (source,)
 
 
 def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
