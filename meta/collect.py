@@ -38,7 +38,7 @@ from meta.overlap import (
     EagerOverlapChecks,
     is_overlap_error,
 )
-from meta.recorder import ViewRecorder, Write
+from meta.recorder import ViewRecorder, Write, set_within
 from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
@@ -65,7 +65,9 @@ __all__ = ["collect_meta", "raised_by_eager_backward"]
 # Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
 _GROWN_ROOT_KEY = 2**50
 # ``set_``'s out-of-place twins, as a recorded step of a view chain.
-_SET_TWINS = frozenset({aten.set.source_Tensor, aten.set.source_Storage, aten.set.source_Storage_storage_offset})
+_SET_TWINS = frozenset(
+    {aten.set.source_Tensor, aten.set.source_Storage, aten.set.source_Storage_storage_offset, set_within}
+)
 
 
 def collect_meta(
@@ -701,13 +703,8 @@ def _sources_as_offsets(
             continue
         delta = int(source.storage_offset()) - int(before.storage_offset())
         geometry = (tuple(source.shape), tuple(source.stride()), delta)
-        steps[i] = dataclasses.replace(step, op=_set_within, args=geometry, kwargs=())
+        steps[i] = dataclasses.replace(step, op=set_within, args=geometry, kwargs=())
     return tuple(steps)
-
-
-def _set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
-    """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
-    return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
 
 
 def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> None:

@@ -275,6 +275,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # The tensor changes geometry in place: to take it again, take its old self, then the
             # out-of-place twin of the op (an input's own change is the metadata-mutation layer's).
             twin, twin_args = _out_of_place_view(func), tuple(args[1:])
+            if func is aten.set_.source_Tensor:
+                twin, twin_args = _set_twin(args[1], set_from)
             if resized:
                 twin, twin_args, step_kwargs = aten.as_strided.default, geometry_of(first), ()
             if 0 <= nbytes_before < first.untyped_storage().nbytes() and not self._is_source(first):
@@ -509,6 +511,22 @@ def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = F
     if not is_leaf_safely(view):
         return step
     return dataclasses.replace(step, requires_grad_set=True)
+
+
+def _set_twin(source: torch.Tensor, set_from: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The step standing for ``t.set_(source)``: within the memory ``t`` sat in (``set_from``: its storage and
+    geometry then), a move by an offset from where it sat, read from ``source`` as it is now (a later set_() or
+    geometry change of it leaves where eager put ``t``), which a replay on the caller's memory can take again;
+    else a set_() onto the source (a tensor of the trace; ``meta.collect`` rewrites it where it can)."""
+    storage, (_, _, offset) = set_from
+    if storage_key(source) == storage and source.layout == torch.strided:
+        return set_within, (tuple(source.shape), tuple(source.stride()), int(source.storage_offset()) - int(offset))
+    return aten.set.source_Tensor, (source,)
+
+
+def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
+    """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
+    return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
 
 
 def _out_of_place_view(op: Any) -> Any:

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 from meta.storage import storage_extent
 from meta.versions import uncounted
 
-__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "history_taken_again"]
+__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "base_as_strided_onto", "history_taken_again"]
 
 _aten = torch.ops.aten
 STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
@@ -76,15 +76,22 @@ def history_taken_again(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor
     ``set_()`` under no_grad moved: ``base.as_strided`` in the view's new geometry, recorded only
     (``AsStridedBackward0`` on the base), so the geometry may reach past the base's storage, where a real
     ``as_strided`` refuses it (it sits in another storage now)."""
-    if storage_extent(moved)[1] * moved.element_size() > base.untyped_storage().nbytes():
-        with torch.no_grad():
-            memory = moved.detach()  # its own history, which autograd may refuse to take again, plays no part
-        with torch.enable_grad():
-            return _RecordedAsStrided.apply(base, memory)  # type: ignore[no-any-return,no-untyped-call]
     with torch.enable_grad():
-        fresh = base.as_strided(moved.shape, moved.stride(), moved.storage_offset())
+        return base_as_strided_onto(base, moved, (tuple(moved.shape), tuple(moved.stride()), moved.storage_offset()))
+
+
+def base_as_strided_onto(base: torch.Tensor, memory: torch.Tensor, geometry: tuple[Any, Any, Any]) -> torch.Tensor:
+    """``memory``'s values with the history of ``base.as_strided(*geometry)`` (in the grad mode it is called in),
+    recorded only where the geometry reaches past the base's storage, where a real ``as_strided`` refuses it."""
+    size, stride, offset = geometry
+    if _reach(geometry) * base.element_size() > base.untyped_storage().nbytes():
+        with torch.no_grad():
+            alias = memory.detach()  # its own history, which autograd may refuse to take again, plays no part
+        out: torch.Tensor = _RecordedAsStrided.apply(base, alias, geometry)  # type: ignore[no-untyped-call]
+        return out
+    fresh = base.as_strided(size, stride, offset)
     with uncounted(fresh), torch.no_grad():  # it writes nothing
-        fresh.set_(moved)  # type: ignore[call-overload]
+        fresh.set_(memory)  # type: ignore[call-overload]
     return fresh
 
 
@@ -94,14 +101,21 @@ class _RecordedAsStrided(torch.autograd.Function):
     elements summed), read back in the base's geometry (what ``as_strided``'s backward computes)."""
 
     @staticmethod
-    def forward(ctx: Any, base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, base: torch.Tensor, moved: torch.Tensor, geometry: Any) -> torch.Tensor:
         ctx.base_geometry = (tuple(base.shape), tuple(base.stride()), base.storage_offset())
-        ctx.geometry = (tuple(moved.shape), tuple(moved.stride()), moved.storage_offset())
-        ctx.numel = max(storage_extent(base)[1], storage_extent(moved)[1])
+        ctx.geometry = geometry
+        ctx.numel = max(storage_extent(base)[1], _reach(geometry))
         return moved.detach()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         positions = torch.arange(ctx.numel, device=grad.device).as_strided(*ctx.geometry)
         storage = grad.new_zeros(ctx.numel).index_add_(0, positions.reshape(-1), grad.reshape(-1))
-        return storage.as_strided(*ctx.base_geometry), None
+        return storage.as_strided(*ctx.base_geometry), None, None
+
+
+def _reach(geometry: tuple[Any, Any, Any]) -> int:
+    """The end of the storage interval a tensor of ``geometry`` (size, stride, offset) spans, in elements."""
+    size, stride, offset = geometry
+    end: int = offset if 0 in size else offset + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    return end

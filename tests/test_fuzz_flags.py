@@ -292,11 +292,6 @@ def _strided_column():
     return (_randn(2, 8)[:, 2],)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="class 21: the output's gradient reaches only a leaf the function made (no input requires grad), so the "
-    "compiled call records no backward, and the Function's backward never writes the saved input as eager's does",
-)
 def test_function_backward_writes_input_behind_inner_leaf() -> None:
     check_in_mode(_function_backward_writes_input_behind_inner_leaf, _strided_column, "training")
 

@@ -49,7 +49,7 @@ from meta.errors import UnsupportedMutationError
 from meta.fresh_views import STANDS_FOR_NO_VIEW
 from meta.indices import UserArg, UserOut
 from meta.storage import view_root, whole_storage
-from meta.storage_set import history_taken_again
+from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
@@ -516,10 +516,8 @@ class _MovedHistories(TorchFunctionMode):
             if is_leaf and value is not alias and value._base is view_root(alias) and value.dtype == alias.dtype:
                 moved = GradientTo.apply(leaf, alias)  # type: ignore[no-untyped-call]
                 offset = moved.storage_offset() + value.storage_offset() - alias.storage_offset()
-                stand_in: torch.Tensor = moved.as_strided(value.shape, value.stride(), offset)
-                with uncounted(stand_in), torch.no_grad():  # it writes nothing
-                    stand_in.set_(value)  # type: ignore[call-overload]
-                return stand_in
+                # (Recorded only where it reaches past the leaf's new memory, smaller than its old one.)
+                return base_as_strided_onto(moved, value, (tuple(value.shape), tuple(value.stride()), offset))
         return value
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

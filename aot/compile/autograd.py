@@ -219,6 +219,9 @@ def make_training_runtime(
     tangent_outputs = meta.traced_tangents
     tangent_specs = [meta.output_info[i].spec for i in tangent_outputs]
     backward_fn = _once(compile_backward)
+    # No input requires grad, yet the backward writes one (an autograd.Function's backward reached through a
+    # leaf the function made): eager's backward runs it, so the call gets an edge of its own to be run by.
+    own_edge = bool(backward_writes) and not any(info.requires_grad for info in meta.input_info)
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
         assert higher_order is not None
@@ -232,6 +235,8 @@ def make_training_runtime(
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *args: torch.Tensor) -> Any:
+            if own_edge:
+                args = args[:-1]
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
             saved = _saveable(saved)
@@ -291,7 +296,7 @@ def make_training_runtime(
                 else:
                     fn, fed = compiled
                     try:
-                        return tuple(fn(*held, *(saved[k] for k in fed), *tangents))
+                        return _edged(tuple(fn(*held, *(saved[k] for k in fed), *tangents)))
                     except RuntimeError as error:
                         if missing_derivative(error) is None:
                             raise
@@ -318,19 +323,28 @@ def make_training_runtime(
             if refused is not None:
                 # No derivative to give: the first-order gradients, whose own backward raises why.
                 edges = [t for t in [*held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
-                return _NoDerivative.apply(refused, list(grads), *edges)  # type: ignore[no-untyped-call]
-            return grads
+                return _edged(_NoDerivative.apply(refused, list(grads), *edges))  # type: ignore[no-untyped-call]
+            return _edged(grads)
+
+    def _edged(grads: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (*grads, None) if own_edge else grads
+
+    def edged(args: list[Any]) -> list[Any]:
+        return [*args, torch.empty(0, requires_grad=True)] if own_edge else args
 
     def run(args: list[Any]) -> list[Any]:
         if not torch.is_grad_enabled():
             # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
             # record the call (the outputs eager made without one are marked non-differentiable).
             with torch.enable_grad():
-                return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
-        return list(CompiledFunction.apply(*args))  # type: ignore[no-untyped-call]
+                return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
+        return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
 
     def emit(source: Source, args: str) -> str:
         apply = source.const(CompiledFunction.apply, "compiled_function")
+        if own_edge:
+            source.line("# an edge of the call's own: its backward writes an input though none requires grad")
+            args = f"{source.const(edged, 'edged')}({args})"
         grad_on, enable = source.const(torch.is_grad_enabled, "grad_on"), source.const(torch.enable_grad, "enable_grad")
         outs = source.fresh("outs")
         if source.grad_mode is True:  # the guard checked it

@@ -27,6 +27,9 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
+from meta.storage import storage_key
+from meta.storage_set import history_taken_again
+
 __all__ = ["RegeneratedViews", "needs_regenerated_views"]
 
 # Methods that act on the user's tensor object itself, never on a stand-in.
@@ -70,6 +73,10 @@ class RegeneratedViews(TorchFunctionMode):
         base = tensor._base
         if base is None or base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype
             return tensor
+        if storage_key(base) != storage_key(tensor):
+            # set_() moved it (or the view it was taken from) to other memory: eager's regenerated history
+            # still reaches the base by strides, but its values stay the memory it sits in now.
+            return history_taken_again(base, tensor)
         return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -30,7 +30,7 @@ from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta import symbolic
 from meta.alias import AliasAnalysis, written_positions
-from meta.eager_state import saved_tensor_hooks_suspended
+from meta.eager_state import is_leaf_safely, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import FreshViews
 from meta.function_apply import functions_seen_by_modes
@@ -216,6 +216,7 @@ def _trace_joint_once(
             history_stops,
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
+        made_leaves = _leaves_made_inside(history_stops.made, primal_args)
         history_stops.mark()
         if regenerated is not None:
             outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
@@ -228,14 +229,16 @@ def _trace_joint_once(
         # either mode, a view taken under no_grad of one requiring grad (a Function's output) has none.
         kept = [i for i, out in enumerate(differentiable) if out.requires_grad and out.grad_fn is not None]
         differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
-        if differentiable and wants_grad:
+        if differentiable and (wants_grad or made_leaves):
             # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
-            # the trace, and the caller makes the compiled backward raise it.
+            # the trace, and the caller makes the compiled backward raise it. It runs every node reaching a
+            # leaf, the function's own too (their gradients dropped): an autograd.Function's backward there
+            # may write an input.
             with EagerOverlapChecks(), backward_writes:
                 found = torch.autograd.grad(
-                    differentiable, [primal_args[i] for i in wants_grad], cotangents, allow_unused=True
+                    differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
                 )
-            for arg_idx, grad in zip(wants_grad, found, strict=True):
+            for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
 
@@ -249,6 +252,17 @@ def _trace_joint_once(
     ):
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     return gm, primals, tangents, backward_writes
+
+
+def _leaves_made_inside(made: Sequence[torch.Tensor], primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaves requiring grad the function made (``torch.ones(..., requires_grad=True)``, ``requires_grad_()``
+    on a value of its own), once each: eager's backward reaches them, whoever sees their gradients."""
+    leaves: dict[int, torch.Tensor] = {}
+    primal_ids = {id(p) for p in primals}
+    for tensor in made:
+        if tensor.requires_grad and is_leaf_safely(tensor) and id(tensor) not in primal_ids:
+            leaves.setdefault(id(tensor), tensor)
+    return list(leaves.values())
 
 
 def _is_random(node: fx.Node) -> bool:
