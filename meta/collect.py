@@ -147,6 +147,17 @@ def collect_meta(
     differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
         isinstance(o, torch.Tensor) and o.requires_grad and not is_leaf_safely(o) for o in outs
     )
+    # Leaves set_() moved to another shape: differentiated, the MetadataMutation layer moves the caller's first.
+    reshaped = set()
+    for i, fake in enumerate(fakes):
+        if not differentiated or id(fake) not in recorder.reshaped_leaves:
+            continue
+        if storage_key(fake) == initial_storages[i][0]:
+            # Moved within its own memory: the caller's tensor cannot be moved first beside its old self.
+            recorder.set_refusal = recorder.set_refusal or (aten.set_.source_Tensor, fake)
+            continue
+        reshaped.add(i)
+        recorder.moved_history.setdefault(id(fake), recorder.reshaped_leaves[id(fake)])
     for fake, real in zip(fakes, flat_args, strict=True):
         # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
         movable = real.is_leaf or (real._base is not None and real._base.requires_grad)
@@ -220,18 +231,21 @@ def collect_meta(
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
+            i in reshaped,
         )
-        for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
-            names,
-            flat_args,
-            fakes,
-            initial_geometry,
-            initial_versions,
-            initially_requiring_grad,
-            initial_storages,
-            storage_set_to,
-            initial_history,
-            strict=True,
+        for i, (name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history) in enumerate(
+            zip(
+                names,
+                flat_args,
+                fakes,
+                initial_geometry,
+                initial_versions,
+                initially_requiring_grad,
+                initial_storages,
+                storage_set_to,
+                initial_history,
+                strict=True,
+            )
         )
     )
 
@@ -576,6 +590,7 @@ def _input_info(
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
+    moves_to_new_shape: bool,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -627,6 +642,7 @@ def _input_info(
         set_recorded=storage_set_to is not None and fake.requires_grad and history_rewritten,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
+        moves_to_new_shape=moves_to_new_shape,
     )
 
 

@@ -204,6 +204,9 @@ class InputAliasInfo:
     # ``set_()`` under no_grad moved the input, a view of a base requiring grad, to another geometry: eager
     # takes its history again from the base in the new geometry, so later uses differentiate the base there.
     moves_history: bool = False
+    # With ``moves_history``, of a leaf: ``set_()`` gave it another shape, which eager's gradients of its later
+    # uses have (the MetadataMutation layer moves the caller's tensor before the call, see there).
+    moves_to_new_shape: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False
