@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import ScaledBySaved
 from tests.oracle import MODES, check_in_mode
 
 
@@ -68,3 +69,48 @@ MOVED_LEAVES = {
 @pytest.mark.parametrize("name", sorted(MOVED_LEAVES))
 def test_leaf_moved_to_new_shape(name, mode):
     check_in_mode(*MOVED_LEAVES[name], mode)
+
+
+# An autograd.Function's backward writes what it saved, an input the function also wrote (its new value, which
+# the caller's tensor holds after the call): eager's backward writes the caller's input; so does the compiled
+# one (the forward returns the value before the backward, the backward writes the one it leaves into the input).
+def _saved_input_written_through_data(a0, a1):
+    v0 = ScaledBySaved.apply(a1, a1)
+    a1.data.scatter_(0, torch.zeros((1, 2), dtype=torch.long), 2j)
+    v1 = a1.clone()
+    return (v0, a0, sum(t.real.sum() for t in (a0, a1, v0, v1)))
+
+
+def _expanded_and_complex_leaf():
+    g = _gen()
+    s0 = torch.randn((), generator=g)
+    return s0.expand(2), torch.randn(2, 3, generator=g, dtype=torch.complex64).t().detach().requires_grad_()
+
+
+def _saved_view_of_written_base(a0, a1, a2):
+    a1.data.mul_(a2)
+    with torch.no_grad():
+        v0 = a2.t()
+    v1 = ScaledBySaved.apply(a1, v0)
+    v2 = a1 @ a1.mT
+    return (a1, sum(t.real.sum() for t in (a0, a1, a2, v0, v1, v2)))
+
+
+def _halves_of_a_non_leaf_second_twice():
+    s0 = torch.randn(48, generator=_gen()).requires_grad_()
+    i1 = s0[24:48].view(4, 6)
+    return s0[0:24].view(4, 6), i1, i1
+
+
+BACKWARD_WRITES = {
+    # Program 515 of seed 20.
+    "saved_input_written_through_data": (_saved_input_written_through_data, _expanded_and_complex_leaf),
+    # Program 802 of seed 20 (a synthetic base: the inputs share a storage).
+    "saved_view_of_written_base": (_saved_view_of_written_base, _halves_of_a_non_leaf_second_twice),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(BACKWARD_WRITES))
+def test_backward_writes_written_input(name, mode):
+    check_in_mode(*BACKWARD_WRITES[name], mode)

@@ -289,8 +289,9 @@ class SyntheticBase:
                 if cluster.whole
                 else meta.input_info[m].requires_grad_after,
                 spec=TensorSpec.of(base if cluster.whole else args[m]),
+                whole_new_value_of=UserArg(len(plain) + k) if cluster.whole else None,
             )
-            for cluster, base in zip(clusters, bases, strict=True)
+            for k, (cluster, base) in enumerate(zip(clusters, bases, strict=True))
             for m in (cluster.members[:1] if cluster.whole else cluster.written)
         )
         # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
