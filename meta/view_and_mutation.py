@@ -285,9 +285,10 @@ class OutputAliasInfo:
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: UserArg | None = None
-    # Below the synthetic-base layer: this output is the whole new value of that input (a base), which the
-    # layer writes back into the caller's memory; an autograd.Function's backward writing it writes that input.
-    whole_new_value_of: UserArg | None = None
+    # Below the synthetic-base layer: this output is the new value of that input (a base) in that geometry
+    # (size, stride, offset from the base's), which the layer writes back into the caller's memory; an
+    # autograd.Function's backward writing it writes that input there.
+    new_value_in: tuple[UserArg, tuple[Any, Any, Any]] | None = None
 
     def __post_init__(self) -> None:
         bases = {

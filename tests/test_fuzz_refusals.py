@@ -102,7 +102,20 @@ def _halves_of_a_non_leaf_second_twice():
     return s0[0:24].view(4, 6), i1, i1
 
 
+def _saved_member_written_through_data(a1, a2):
+    a1.data.index_add_(0, torch.tensor([0]), torch.ones_like(a1.data[:1]))
+    v2 = ScaledBySaved.apply(a2, a1)
+    return (sum(t.real.sum() for t in (a1, a2, v2)),)
+
+
+def _overlapping_complex_views():
+    s0 = torch.randn(24, generator=_gen(), dtype=torch.complex64).requires_grad_()
+    return s0[3:15].view(3, 4)[:, 1], s0[5:11].view(2, 3)
+
+
 BACKWARD_WRITES = {
+    # Program 1765 of seed 20 (the written input is a member of a synthetic base, not all of it).
+    "saved_member_written_through_data": (_saved_member_written_through_data, _overlapping_complex_views),
     # Program 515 of seed 20.
     "saved_input_written_through_data": (_saved_input_written_through_data, _expanded_and_complex_leaf),
     # Program 802 of seed 20 (a synthetic base: the inputs share a storage).

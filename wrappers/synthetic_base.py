@@ -289,7 +289,7 @@ class SyntheticBase:
                 if cluster.whole
                 else meta.input_info[m].requires_grad_after,
                 spec=TensorSpec.of(base if cluster.whole else args[m]),
-                whole_new_value_of=UserArg(len(plain) + k) if cluster.whole else None,
+                new_value_in=(UserArg(len(plain) + k), _own_geometry(base) if cluster.whole else geometry[m]),
             )
             for k, (cluster, base) in enumerate(zip(clusters, bases, strict=True))
             for m in (cluster.members[:1] if cluster.whole else cluster.written)
@@ -422,6 +422,11 @@ class SyntheticBase:
 
         return emit
 
+
+
+def _own_geometry(base: torch.Tensor) -> tuple[Any, Any, int]:
+    """``base``'s geometry as a member's: (size, stride, offset from its start)."""
+    return (base.shape, base.stride(), 0)
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:
     return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))

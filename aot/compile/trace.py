@@ -191,7 +191,7 @@ def _trace_joint_once(
     meta: ViewAndMutationMeta,
     decompositions: Mapping[Any, Callable[..., Any]],
     regenerated: RegeneratedViews | None,
-    written_new_values: Mapping[int, int] | None = None,
+    written_new_values: Mapping[int, tuple[int, tuple[Any, Any, Any] | None]] | None = None,
 ) -> tuple[fx.GraphModule, list[torch.Tensor], list[torch.Tensor], _BackwardWrites]:
     """The joint graph as make_fx records it (not yet functional), on fresh fakes of the inputs.
 
@@ -249,7 +249,12 @@ def _trace_joint_once(
                 )
                 with torch.no_grad():
                     for out_idx, value in new_values.items():
-                        primal_args[written_new_values[out_idx]].copy_(value)
+                        arg_idx, geometry = written_new_values[out_idx]
+                        target = primal_args[arg_idx]
+                        if geometry is not None:
+                            size, stride, offset = geometry
+                            target = target.as_strided(size, stride, target.storage_offset() + offset)
+                        target.copy_(value)
             for arg_idx, grad in zip(wants_grad, found, strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
@@ -387,13 +392,17 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The positions of ``inputs`` whose memory the backward wrote."""
         return frozenset(i for i, tensor in enumerate(inputs) if storage_key(tensor) in self.storages)
 
-    def written_new_values(self, meta: ViewAndMutationMeta) -> dict[int, int]:
-        """The outputs (by index) that are an input's new value (its index) whose memory the backward wrote."""
-        found = {}
+    def written_new_values(self, meta: ViewAndMutationMeta) -> dict[int, tuple[int, tuple[Any, Any, Any] | None]]:
+        """The outputs (by index) that are an input's new value whose memory the backward wrote: the input's
+        index, and where in it the value sits (None: all of it)."""
+        found: dict[int, tuple[int, tuple[Any, Any, Any] | None]] = {}
         for i, (out, info) in enumerate(zip(self.outputs, meta.output_info, strict=False)):
-            arg = info.new_value_of if info.new_value_of is not None else info.whole_new_value_of
-            if arg is not None and isinstance(out, torch.Tensor) and storage_key(out) in self.storages:
-                found[i] = int(arg)
+            if not (isinstance(out, torch.Tensor) and storage_key(out) in self.storages):
+                continue
+            if info.new_value_of is not None:
+                found[i] = (int(info.new_value_of), None)
+            elif info.new_value_in is not None:
+                found[i] = (int(info.new_value_in[0]), info.new_value_in[1])
         return found
 
     def refuse_writes_into_outputs(self, inputs: Sequence[torch.Tensor]) -> None:
