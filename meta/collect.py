@@ -152,8 +152,9 @@ def collect_meta(
     for i, fake in enumerate(fakes):
         if not differentiated or id(fake) not in recorder.reshaped_leaves:
             continue
-        if storage_key(fake) == initial_storages[i][0]:
-            # Moved within its own memory: the caller's tensor cannot be moved first beside its old self.
+        # Moved within its own memory, the caller's tensor cannot be moved first beside its old self; an
+        # autograd.Function may have taken the leaf before the move (its gradient then has the old shape).
+        if storage_key(fake) == initial_storages[i][0] or _applied_function_to(fake, outs):
             recorder.set_refusal = recorder.set_refusal or (aten.set_.source_Tensor, fake)
             continue
         reshaped.add(i)
@@ -407,6 +408,23 @@ def collect_meta(
         needs_fresh_views,
         reseeds.found,
     )
+
+
+def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
+    """Whether the outputs' history reaches ``leaf`` through an autograd.Function (no dispatch-level record
+    tells when it took its inputs: its forward runs under no_grad). Conservative: any path through one."""
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[Any, bool]] = [(out.grad_fn, False) for out in outs if isinstance(out, torch.Tensor)]
+    while stack:
+        node, through_function = stack.pop()
+        if node is None or (id(node), through_function) in seen:
+            continue
+        seen.add((id(node), through_function))
+        if through_function and getattr(node, "variable", None) is leaf:
+            return True
+        through_function = through_function or isinstance(node, torch.autograd.function.BackwardCFunction)
+        stack.extend((next_node, through_function) for next_node, _ in node.next_functions)
+    return False
 
 
 def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:

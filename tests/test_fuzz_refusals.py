@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import ScaledBySaved
+import aot
+from aot.errors import UnsupportedMutationError
+from tests.functions import ScaledBySaved, WithSign
 from tests.oracle import MODES, check_in_mode
 
 
@@ -69,6 +71,24 @@ MOVED_LEAVES = {
 @pytest.mark.parametrize("name", sorted(MOVED_LEAVES))
 def test_leaf_moved_to_new_shape(name, mode):
     check_in_mode(*MOVED_LEAVES[name], mode)
+
+
+# Program 2034 of seed 20: an autograd.Function took the leaf before its move, so eager's backward gets a gradient
+# of the old shape beside those of the new (and raises): still refused, before anything is written.
+def _function_took_leaf_before_move(a0):
+    v0, v1 = WithSign.apply(a0)
+    v2 = v1[1:]
+    with torch.no_grad():
+        a0.set_(v2.detach())
+    return (sum(t.real.sum() for t in (a0, v0, v1, v2)),)
+
+
+def test_function_took_leaf_before_move_refused():
+    a0 = torch.randn(3, 4, generator=_gen()).requires_grad_()
+    before = (a0.detach().clone(), a0.shape, a0._version)
+    with pytest.raises(UnsupportedMutationError, match="set_"):
+        aot.aot_function(_function_took_leaf_before_move, aot.nop)(a0)
+    assert torch.equal(before[0], a0.detach()) and before[1:] == (a0.shape, a0._version)
 
 
 # An autograd.Function's backward writes what it saved, an input the function also wrote (its new value, which

@@ -423,10 +423,10 @@ class SyntheticBase:
         return emit
 
 
-
 def _own_geometry(base: torch.Tensor) -> tuple[Any, Any, int]:
     """``base``'s geometry as a member's: (size, stride, offset from its start)."""
     return (base.shape, base.stride(), 0)
+
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:
     return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))
