@@ -414,7 +414,12 @@ def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
     """Whether the outputs' history reaches ``leaf`` through an autograd.Function (no dispatch-level record
     tells when it took its inputs: its forward runs under no_grad). Conservative: any path through one."""
     seen: set[tuple[int, bool]] = set()
-    stack: list[tuple[Any, bool]] = [(out.grad_fn, False) for out in outs if isinstance(out, torch.Tensor)]
+    stack: list[tuple[Any, bool]] = []
+    for out in outs:
+        try:
+            stack.append((out.grad_fn, False))
+        except Exception:  # autograd on fakes failing to take a view's history again: judged as reaching it
+            return True
     while stack:
         node, through_function = stack.pop()
         if node is None or (id(node), through_function) in seen:
