@@ -149,6 +149,18 @@ def collect_meta(
     differentiated = not CALLER_IN_INFERENCE_MODE.get() and any(
         isinstance(o, torch.Tensor) and o.requires_grad and not is_leaf_safely(o) for o in outs
     )
+    # Leaves set_() moved to another shape: differentiated, the MetadataMutation layer moves the caller's first.
+    reshaped = set()
+    for i, fake in enumerate(fakes):
+        if not differentiated or id(fake) not in recorder.reshaped_leaves:
+            continue
+        # Moved within its own memory, the caller's tensor cannot be moved first beside its old self; an
+        # autograd.Function may have taken the leaf before the move (its gradient then has the old shape).
+        if storage_key(fake) == initial_storages[i][0] or _applied_function_to(fake, outs):
+            recorder.set_refusal = recorder.set_refusal or (aten.set_.source_Tensor, fake)
+            continue
+        reshaped.add(i)
+        recorder.moved_history.setdefault(id(fake), recorder.reshaped_leaves[id(fake)])
     for fake, real in zip(fakes, flat_args, strict=True):
         # The fake of a non-leaf is a view of a leaf of its own: only the caller's views have bases.
         movable = real.is_leaf or (real._base is not None and real._base.requires_grad)
@@ -224,18 +236,21 @@ def collect_meta(
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
+            i in reshaped,
         )
-        for name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history in zip(
-            names,
-            flat_args,
-            fakes,
-            initial_geometry,
-            initial_versions,
-            initially_requiring_grad,
-            initial_storages,
-            storage_set_to,
-            initial_history,
-            strict=True,
+        for i, (name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history) in enumerate(
+            zip(
+                names,
+                flat_args,
+                fakes,
+                initial_geometry,
+                initial_versions,
+                initially_requiring_grad,
+                initial_storages,
+                storage_set_to,
+                initial_history,
+                strict=True,
+            )
         )
     )
 
@@ -397,6 +412,28 @@ def collect_meta(
         needs_fresh_views,
         reseeds.found,
     )
+
+
+def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
+    """Whether the outputs' history reaches ``leaf`` through an autograd.Function (no dispatch-level record
+    tells when it took its inputs: its forward runs under no_grad). Conservative: any path through one."""
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[Any, bool]] = []
+    for out in outs:
+        try:
+            stack.append((out.grad_fn, False))
+        except Exception:  # autograd on fakes failing to take a view's history again: judged as reaching it
+            return True
+    while stack:
+        node, through_function = stack.pop()
+        if node is None or (id(node), through_function) in seen:
+            continue
+        seen.add((id(node), through_function))
+        if through_function and getattr(node, "variable", None) is leaf:
+            return True
+        through_function = through_function or isinstance(node, torch.autograd.function.BackwardCFunction)
+        stack.extend((next_node, through_function) for next_node, _ in node.next_functions)
+    return False
 
 
 def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
@@ -581,6 +618,7 @@ def _input_info(
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
+    moves_to_new_shape: bool,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -636,6 +674,7 @@ def _input_info(
         set_recorded=set_recorded,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
+        moves_to_new_shape=moves_to_new_shape,
     )
 
 

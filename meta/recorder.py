@@ -127,6 +127,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
         self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
         self._accumulating: set[int] = set()
+        # Those an op other than a view read (or read through a view): a gradient of their shape then reaches
+        # them; a view's own history is taken again after a set_() (see ``reshaped_leaves``).
+        self._differentiated_leaves: set[int] = set()
+        # Leaf inputs requiring grad that set_() under no_grad moved to another shape, by id: the clock then.
+        # Eager's gradients of their later uses have the new shape (views taken before take their history
+        # again from the leaf in it); ``collect_meta`` hands them to the MetadataMutation layer where an output
+        # is differentiated (``InputAliasInfo.moves_to_new_shape``).
+        self.reshaped_leaves: dict[int, int] = {}
         self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
         self._bases_as_called = {id(t): base_state(t) for t in alias_sources if base_state(t) is not None}
@@ -233,7 +241,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._note_storage_use(func, used)
         out = func(*args, **kwargs)
         if self._grad_leaves and records() and _recorded_by_autograd(func, out):
-            self._note_grad_use([*args, *kwargs.values()])
+            self._note_grad_use([*args, *kwargs.values()], not func.is_view)
         self._storage_owners.note([out])
         if set_from is not None and first is not None:
             # (Below autograd: the tensors' requires_grad before the op, as autograd judged them.)
@@ -250,6 +258,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if first is not None and nbytes_before >= 0:
             resized = first.untyped_storage().nbytes() == nbytes_before or self._is_source(first)
         metadata_only = metadata_only or resized
+        moved_at = self.reshaped_leaves.get(id(first)) if first is not None else None
+        if metadata_only and first is not None and moved_at not in (None, self.clock) and self.set_refusal is None:
+            self.set_refusal = (func, first)  # moved again: gradients of uses in between have another shape
         if metadata_only and first is not None and id(first) in self._accumulating and not records():
             # Eager's accumulator keeps the geometry it was made for: later uses' gradients reach it as they
             # are (summed to its shape), which is what ``moves_history`` gives a leaf.
@@ -300,15 +311,17 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
 
-    def _note_grad_use(self, values: list[Any]) -> None:
+    def _note_grad_use(self, values: list[Any], differentiates: bool) -> None:
         """Leaf inputs requiring grad that ``values`` (an op's arguments, autograd recording it) are, or are
-        views of: their gradient accumulator exists from now on."""
+        views of: their gradient accumulator exists from now on. ``differentiates``: the op is no view."""
         for value in values:
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     root = view_root(tensor)
                     if id(root) in self._grad_leaves and root.requires_grad:
                         self._accumulating.add(id(root))
+                        if differentiates:
+                            self._differentiated_leaves.add(id(root))
 
     def _refuse_set_of_input_with_history(
         self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
@@ -324,7 +337,17 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return
         root = view_root(tensor)
         # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
-        leaf_same_shape = tensor._base is None and is_leaf_safely(tensor) and before[1][0] == tuple(tensor.shape)
+        leaf = tensor._base is None and is_leaf_safely(tensor)
+        leaf_same_shape = leaf and before[1][0] == tuple(tensor.shape)
+        reshaped = self.reshaped_leaves.get(id(tensor))
+        if reshaped is not None or (leaf and not leaf_same_shape and id(tensor) in self._alias_sources):
+            # Moved to another shape: exact where no gradient of another shape reaches the leaf, that is
+            # where no op but a view read it before, and this is its only move.
+            if reshaped is None and id(tensor) not in self._differentiated_leaves:
+                self.reshaped_leaves[id(tensor)] = self.clock
+            elif self.set_refusal is None:
+                self.set_refusal = (func, tensor)
+            return
         base = base_state(tensor)
         if id(tensor) in self._alias_sources and (
             leaf_same_shape or (base is not None and self._bases_as_called.get(id(tensor)) == base)

@@ -208,6 +208,9 @@ class InputAliasInfo:
     # ``set_()`` under no_grad moved the input, a view of a base requiring grad, to another geometry: eager
     # takes its history again from the base in the new geometry, so later uses differentiate the base there.
     moves_history: bool = False
+    # With ``moves_history``, of a leaf: ``set_()`` gave it another shape, which eager's gradients of its later
+    # uses have (the MetadataMutation layer moves the caller's tensor before the call, see there).
+    moves_to_new_shape: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False
@@ -288,6 +291,10 @@ class OutputAliasInfo:
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: UserArg | None = None
+    # Below the synthetic-base layer: this output is the new value of that input (a base) in that geometry
+    # (size, stride, offset from the base's), which the layer writes back into the caller's memory; an
+    # autograd.Function's backward writing it writes that input there.
+    new_value_in: tuple[UserArg, tuple[Any, Any, Any]] | None = None
 
     def __post_init__(self) -> None:
         bases = {

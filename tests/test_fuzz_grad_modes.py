@@ -242,9 +242,6 @@ CASES = {
 }
 # Classes not fixed yet, strict so that a fix shows.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("function_then_data_as_strided_", "training"): (
-        "refused: the Function's backward writes its saved input, which the function also wrote"
-    ),
     ("set_under_enable_grad_then_data_fill_", "no_grad"): "returned input requires_grad False (seed 5 class 8)",
 }
 

@@ -7,7 +7,7 @@ it sits at ``source``'s absolute offset, so a write through it lands there, also
 when both share the caller's storage. An input requiring grad that ``set_()`` moves
 under no_grad takes eager's later gradients with it: a view's history is taken again
 from its base in the new geometry (supported: the function gets the base); a leaf's
-gradient takes the new shape (refused).
+gradient takes the new shape (supported: the caller's tensor is moved before the call).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
-from tests.oracle import check
+from tests.oracle import check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -207,9 +207,9 @@ def test_no_grad(name):
         check(fn, make, backward=False)
 
 
-# Under no_grad, set_ of an input requiring grad to other memory: eager's later gradients follow the
-# caller's tensor (a view's taken again from its base at the new storage's offsets; a leaf's in its
-# new shape). Refused before anything is written.
+# Under no_grad, set_ of a leaf input requiring grad to other memory of another shape: eager's gradients of
+# its later uses have the new shape (the caller's tensor is moved before the call, the function differentiates
+# it there).
 def _leaf_onto_other(a0, a1):
     with torch.no_grad():
         a1.set_(a0.detach())
@@ -222,12 +222,18 @@ def _view_onto_own_clone(a0):
     return (a0.sum(),)
 
 
-REFUSED = {
+MOVED_LEAVES = {
     "leaf_onto_other_input": (
         _leaf_onto_other,
         lambda: (torch.randn(4, 1, generator=_gen()).requires_grad_(), torch.randn(3, 4).requires_grad_()),
     ),
 }
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(MOVED_LEAVES))
+def test_moved_leaf_to_new_shape(name, mode):
+    check_in_mode(*MOVED_LEAVES[name], mode)
 
 
 # An input that is a view of a base requiring grad: eager takes its history again from the base in the new
@@ -253,27 +259,6 @@ MOVED_VIEWS = {
 @pytest.mark.parametrize("name", sorted(MOVED_VIEWS))
 def test_moved_view_follows_its_base(name):
     check(*MOVED_VIEWS[name])
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_refused_before_any_write(name):
-    fn, make = REFUSED[name]
-    args = make()
-    before = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
-    with pytest.raises(UnsupportedMutationError, match="set_"):
-        aot.aot_function(fn, aot.nop)(*args)
-    after = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
-    for (value, *geometry), (value_after, *geometry_after) in zip(before, after, strict=True):
-        assert geometry == geometry_after
-        torch.testing.assert_close(value, value_after)
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_not_refused_without_gradients(name):
-    """Called under no_grad nothing is differentiated: the same programs run as eager."""
-    fn, make = REFUSED[name]
-    with torch.no_grad():
-        check(fn, make, backward=False)
 
 
 # set_() onto the storage of a tensor the function knows: traced as a set_() onto that tensor, by strides.

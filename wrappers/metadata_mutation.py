@@ -96,6 +96,9 @@ class MetadataMutation:
         self._moved: tuple[UserArg, ...] = ()
         # Inputs set_() under no_grad keeping a history a geometry change autograd recorded gave them.
         self._kept_history: tuple[UserArg, ...] = ()
+        # Leaves set_() moves to another shape (``InputAliasInfo.moves_to_new_shape``): moved first, their old
+        # selves passed too.
+        self._reshaped: tuple[UserArg, ...] = ()
         self._steps: tuple[Any, Any] | None = None
 
     def pre_compile(self, outer: Stage) -> Stage:
@@ -149,16 +152,29 @@ class MetadataMutation:
         self._moved = moved
         # Leaves: later uses reach the input itself, element by element (its shape stays).
         moved_leaves = tuple(i for i in mutated if meta.input_info[i].moves_history and meta.input_info[i].is_leaf)
+        # Of those, leaves moved to another shape: eager's gradients of later uses have it, which the compiled
+        # function's gradient for the input has only where the input has it when the call starts. So the
+        # caller's tensor is moved first (onto memory of its own, in its final geometry), and the function
+        # gets, in its place, a leaf on its old self (last), whose views and reads before the set_() see the
+        # old memory; after, later uses (views taken before too) differentiate the moved input.
+        reshaped = tuple(i for i in moved_leaves if meta.input_info[i].moves_to_new_shape)
+        self._reshaped = reshaped
+        _refuse_views_before_move(meta, reshaped)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
         # Told by the caller's tensors: the trace's primals are no views even where the caller's are.
         no_views = frozenset(arg_idx for arg_idx in mutated if outer.args[arg_idx]._base is None)
+        inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
+        for arg_idx in reshaped:
+            inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
 
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
-            args, bases = all_args[:num_inputs], all_args[num_inputs:]
+            args, bases = all_args[:num_inputs], all_args[num_inputs : num_inputs + len(moved)]
             working = list(args)
             for arg_idx in mutated:
                 working[arg_idx] = _alias_as_made(args[arg_idx], arg_idx in no_views)
+            for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
+                working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly. A view
@@ -202,12 +218,29 @@ class MetadataMutation:
                     fresh_storage_nbytes=0,
                     is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
                     moves_history=False,
+                    moves_to_new_shape=False,
                 )
+                if UserArg(i) not in reshaped
+                # The caller's tensor moved first: its writes are its old self's.
+                else InputAliasInfo(info.name, requires_grad=True, is_leaf=True)
                 for i, info in enumerate(meta.input_info)
             )
             + tuple(
                 InputAliasInfo(f"{meta.input_info[i].name}_base", requires_grad=True, is_leaf=inner_args[n].is_leaf)
                 for n, i in enumerate(moved, num_inputs)
+            )
+            + tuple(
+                dataclasses.replace(
+                    meta.input_info[i],
+                    name=f"{meta.input_info[i].name}_before_set",
+                    mutates_metadata=False,
+                    final_metadata=None,
+                    storage_set_to=None,
+                    fresh_storage_nbytes=0,
+                    moves_history=False,
+                    moves_to_new_shape=False,
+                )
+                for i in reshaped
             ),
             output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
             + tuple(final_value(i) for i in fresh)
@@ -288,6 +321,7 @@ class MetadataMutation:
         final = [(arg_idx, meta.input_info[arg_idx]) for arg_idx in mutated]
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
         kept_history = self._kept_history
+        reshaped = self._reshaped
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -297,6 +331,9 @@ class MetadataMutation:
             geometries = [resolve_sizes(info.final_metadata) for _, info in final]
             before = counters.read(args)
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
+            inner_args += [_old_self(args[arg_idx]) for arg_idx in reshaped]
+            for arg_idx in reshaped:
+                _move_first(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided_first:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided:
@@ -459,6 +496,48 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
     return alias
+
+
+def _old_self(arg: torch.Tensor) -> torch.Tensor:
+    """A leaf requiring grad on ``arg``'s memory in its geometry, standing for it before its move: gradients
+    reaching it are none of eager's (``collect_meta`` takes only leaves no op but a view read before)."""
+    return _leaf_on(arg).requires_grad_()
+
+
+def _final_placeholder(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """Memory of its own in ``info``'s final geometry for ``arg`` (its values come with the move after the call)."""
+    assert info.final_metadata is not None
+    size, stride, _ = resolve_sizes(info.final_metadata)
+    return torch.empty_strided(size, stride, dtype=arg.dtype, device=arg.device)
+
+
+def _moved_first(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
+    """A leaf requiring grad in ``info``'s final geometry standing for ``arg`` moved first, while compiling."""
+    return _final_placeholder(arg, info).requires_grad_()
+
+
+def _move_first(target: torch.Tensor, info: InputAliasInfo) -> None:
+    """Move the caller's leaf to its final geometry, on memory of its own, before the call (as set_() under
+    no_grad does; its counter is restored): autograd takes its shape when the compiled function records."""
+    with torch.no_grad():
+        target.set_(_final_placeholder(target, info))  # type: ignore[call-overload]
+
+
+def _refuse_views_before_move(meta: ViewAndMutationMeta, reshaped: tuple[UserArg, ...]) -> None:
+    """An output that is a view of a moved leaf taken before the move: eager's keeps the old memory and takes
+    its history again from the leaf in its new shape, which no replay from the moved caller's tensor gives."""
+    for out_idx, info in enumerate(meta.output_info):
+        alias = info.computed_alias
+        bases = {info.base_input if info.output_type == OutputType.ALIAS_OF_INPUT and not info.after_set else None}
+        bases.add(alias.base_input if alias is not None else None)
+        hit = next((i for i in reshaped if i in bases), None)
+        if hit is not None:
+            raise UnsupportedMutationError(
+                f"output {out_idx} is a view of input {hit} ({meta.input_info[hit].name}) taken before set_() "
+                "under no_grad moved the input, which requires grad, to another shape: eager's keeps the old "
+                "memory and differentiates the input in its new shape, which the compiled function cannot "
+                "return; return a clone() of it"
+            )
 
 
 def _retake_view_history(target: torch.Tensor) -> None:

@@ -300,8 +300,9 @@ class SyntheticBase:
                 if cluster.whole
                 else meta.input_info[m].requires_grad_after,
                 spec=TensorSpec.of(base if cluster.whole else args[m]),
+                new_value_in=(UserArg(len(plain) + k), _own_geometry(base) if cluster.whole else geometry[m]),
             )
-            for cluster, base in zip(clusters, bases, strict=True)
+            for k, (cluster, base) in enumerate(zip(clusters, bases, strict=True))
             for m in (cluster.members[:1] if cluster.whole else cluster.written)
         )
         # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
@@ -431,6 +432,11 @@ class SyntheticBase:
             return outs
 
         return emit
+
+
+def _own_geometry(base: torch.Tensor) -> tuple[Any, Any, int]:
+    """``base``'s geometry as a member's: (size, stride, offset from its start)."""
+    return (base.shape, base.stride(), 0)
 
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:

@@ -157,10 +157,13 @@ def trace_joint(
     """
     tangent_outs = meta.traced_tangents
     gm, primals, tangents, backward_writes = _trace_joint_once(flat_fn, flat_args, meta, decompositions, None)
-    if needs_regenerated_views(gm):
+    regenerated = RegeneratedViews() if needs_regenerated_views(gm) else None
+    # An input's new value the backward writes: eager's backward writes the caller's input.
+    written_new_values = backward_writes.written_new_values(meta)
+    if regenerated is not None or written_new_values:
         # Views whose history eager regenerates by strides after a write: traced again, following them.
         gm, primals, tangents, backward_writes = _trace_joint_once(
-            flat_fn, flat_args, meta, decompositions, RegeneratedViews()
+            flat_fn, flat_args, meta, decompositions, regenerated, written_new_values
         )
     num_primals = len(primals)
     names = [info.name for info in meta.input_info]
@@ -188,8 +191,15 @@ def _trace_joint_once(
     meta: ViewAndMutationMeta,
     decompositions: Mapping[Any, Callable[..., Any]],
     regenerated: RegeneratedViews | None,
+    written_new_values: Mapping[int, tuple[int, tuple[Any, Any, Any] | None]] | None = None,
 ) -> tuple[fx.GraphModule, list[torch.Tensor], list[torch.Tensor], _BackwardWrites]:
-    """The joint graph as make_fx records it (not yet functional), on fresh fakes of the inputs."""
+    """The joint graph as make_fx records it (not yet functional), on fresh fakes of the inputs.
+
+    ``written_new_values``: outputs (by index) that are an input's new value (the input's index) which the
+    backward writes in place, as eager's backward writes the caller's input: the forward returns the value
+    before the backward, and the backward writes the value it leaves into the input (a backward write the
+    runtime copies into the caller's tensor)."""
+    written_new_values = written_new_values or {}
     fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
     tangent_outs = meta.traced_tangents
@@ -220,6 +230,8 @@ def _trace_joint_once(
         history_stops.mark()
         if regenerated is not None:
             outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
+        new_values = {i: outs[i] for i in written_new_values}
+        outs = [out.clone() if i in new_values else out for i, out in enumerate(outs)]
         backward_writes.outputs = outs
         grads: list[torch.Tensor | None] = [None] * num_primals
         differentiable = [outs[i] for i in tangent_outs]
@@ -238,6 +250,14 @@ def _trace_joint_once(
                 found = torch.autograd.grad(
                     differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
                 )
+                with torch.no_grad():
+                    for out_idx, value in new_values.items():
+                        arg_idx, geometry = written_new_values[out_idx]
+                        target = primal_args[arg_idx]
+                        if geometry is not None:
+                            size, stride, offset = geometry
+                            target = target.as_strided(size, stride, target.storage_offset() + offset)
+                        target.copy_(value)
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
@@ -385,6 +405,19 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def placeholders(self, inputs: Sequence[torch.Tensor]) -> frozenset[int]:
         """The positions of ``inputs`` whose memory the backward wrote."""
         return frozenset(i for i, tensor in enumerate(inputs) if storage_key(tensor) in self.storages)
+
+    def written_new_values(self, meta: ViewAndMutationMeta) -> dict[int, tuple[int, tuple[Any, Any, Any] | None]]:
+        """The outputs (by index) that are an input's new value whose memory the backward wrote: the input's
+        index, and where in it the value sits (None: all of it)."""
+        found: dict[int, tuple[int, tuple[Any, Any, Any] | None]] = {}
+        for i, (out, info) in enumerate(zip(self.outputs, meta.output_info, strict=False)):
+            if not (isinstance(out, torch.Tensor) and storage_key(out) in self.storages):
+                continue
+            if info.new_value_of is not None:
+                found[i] = (int(info.new_value_of), None)
+            elif info.new_value_in is not None:
+                found[i] = (int(info.new_value_in[0]), info.new_value_in[1])
+        return found
 
     def refuse_writes_into_outputs(self, inputs: Sequence[torch.Tensor]) -> None:
         """Refuse a backward write into memory the forward returned (not an input's): eager's caller sees
