@@ -70,10 +70,11 @@ class _ArgSource(Source):
 class SymbolicInputs:
     """The shape environment of one compile and the symbolic geometry of each dynamic input."""
 
-    # Data-dependent sizes (``nonzero``, ``.item()``) stay refused with aotfx's DataDependentError, as on
-    # static shapes: unbacked symbols would need runtime asserts, which the graphs do not carry yet.
+    # Sizes that depend on tensor data (``nonzero``, ``masked_select``, a boolean mask) are unbacked symbols,
+    # as torch's; a Python scalar read from a tensor (``.item()``) stays refused (DataDependentError), as
+    # torch.compile's default refuses it (capture_scalar_outputs=False).
     shape_env: ShapeEnv = field(
-        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=True)
     )
     # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
     geometry: dict[int, Geometry] = field(default_factory=dict)
