@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     UnsupportedOperatorException,
 )
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from aot.errors import (
     BackendCompilerError,
@@ -86,8 +86,8 @@ def trace_errors() -> Iterator[None]:
     except GuardOnDataDependentSymNode as error:
         op = _fake_kernel_op(error.__traceback__)
         raise DataDependentError(
-            f"{op or 'the function'} branches on a size that depends on tensor data ({error.cond}, u0 ... the "
-            f"unbacked sizes; at {user_line(error.__traceback__)}), "
+            f"{op or 'the function'} branches on a size that depends on tensor data (on {error.cond}, where "
+            f"u0, u1 ... are such sizes; at {user_line(error.__traceback__)}), "
             f"which ahead-of-time tracing does not have: {_KEEP_OUTSIDE}"
         ) from error
     except ValueError as error:
