@@ -127,7 +127,7 @@ def touch_interval(tensor: torch.Tensor) -> Extent:
     (its version counter moves), so it must meet it."""
     start, end = storage_extent(tensor)
     size = tensor.element_size()
-    return (start * size, (start + 1) * size) if end == start else (start * size, end * size)
+    return (start * size, (start + 1) * size) if guard_or_false(end == start) else (start * size, end * size)
 
 
 def intersect(a: Extent, b: Extent) -> bool:

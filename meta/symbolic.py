@@ -28,9 +28,9 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext, free_unbacked_symbols
 
-from meta.errors import DynamicShapesUnsupportedError
+from meta.errors import DataDependentError, DynamicShapesUnsupportedError
 
 __all__ = [
     "Guard",
@@ -114,6 +114,12 @@ class SymbolicInputs:
 
         expr = value.node.expr
         unbound = [symbol for symbol in expr.free_symbols if symbol not in self.bindings]
+        if unbound and free_unbacked_symbols(expr):
+            raise DataDependentError(
+                f"an output is a view whose view arguments hold a size that depends on tensor data ({value}): "
+                "the layers replaying that view after the call read sizes from the inputs only. Return the view "
+                "of a clone(), or keep the data-dependent part outside the compiled function."
+            )
         if unbound:
             raise DynamicShapesUnsupportedError(f"a size ({value}) that no input's size determines")
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP

@@ -83,6 +83,17 @@ def _count_as_size(x):
     return x.new_zeros(n.shape[0]) + 1, x * 2
 
 
+def _picks_written_then_viewed(x):
+    y = x[x > 0]
+    y.mul_(2)
+    return y.view(-1)
+
+
+def _mask_assigned_into_input(x):
+    x[x > 0] = x[x > 0] * 2
+    return x
+
+
 def _one_mask_twice(x, y):
     # Two nonzero calls on one mask: the trace assumes their counts equal, which they are.
     mask = x > 0
@@ -104,12 +115,14 @@ PROGRAMS: list[Callable[..., Any]] = [
     _mask_maybe_empty,
     _count_as_size,
     _one_mask_twice,
+    _picks_written_then_viewed,
+    _mask_assigned_into_input,
 ]
 
 
 def _args(fn: Callable[..., Any], seed: int, rows: int = 6) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(seed)
-    grad = fn is not _written_then_masked
+    grad = fn not in (_written_then_masked, _mask_assigned_into_input)
     count = fn.__code__.co_argcount
     return tuple(torch.randn(rows, 4, generator=generator).requires_grad_(grad) for _ in range(count))
 
@@ -202,6 +215,19 @@ def test_a_branch_on_a_data_dependent_size_names_the_line() -> None:
 
     with pytest.raises(DataDependentError, match=r"test_data_dependent\.py:\d+: return picked \* 2 if"):
         aot.aot_function(f, aot.nop)(torch.randn(6))
+
+
+def test_an_output_view_with_a_data_dependent_view_argument_is_a_clear_error() -> None:
+    # The layers replay an output's views after the call from the inputs' sizes; a count is none of them.
+    def f(x):
+        y = x[x > 0]
+        return y, y.expand(3, y.shape[0])
+
+    x = torch.randn(6)
+    before = x.clone()
+    with pytest.raises(DataDependentError, match=r"view arguments hold a size that depends on tensor data"):
+        aot.aot_function(f, aot.nop)(x)
+    assert torch.equal(x, before)
 
 
 # The OpInfo ops benchmarks/opinfo_double_backward.py refused before unbacked symbols, on their first sample.
