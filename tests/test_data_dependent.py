@@ -18,8 +18,9 @@ import torch
 import torch.nn as nn
 
 import aot
+from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.errors import DataDependentError
-from tests.oracle import assert_close, check, clone_args, derivatives
+from tests.oracle import MODES, assert_close, check, check_in_mode, clone_args, derivatives
 from tests.test_opinfo import _as_function, _dtype, _op_db
 
 
@@ -153,6 +154,33 @@ def test_data_dependent_size_has_second_derivatives(dynamic: bool) -> None:
     eager = derivatives(f, clone_args(args), 3)
     actual = derivatives(aot.aot_function(f, aot.nop, dynamic=dynamic), clone_args(args), 3)
     assert_close(actual, eager, grad=True)
+
+
+def _routed(x, w):
+    rows = (x.sum(1) > 0).nonzero().squeeze(1)
+    h = torch.tanh(x[rows] @ w)
+    return (h * h.sin()).sum(), x[x > 0.5].exp()
+
+
+def _routed_args() -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(6, 4, generator=generator).requires_grad_(), torch.randn(
+        4, 3, generator=generator
+    ).requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"partition_fn": min_cut_rematerialization_partition}, {"activation_memory_budget": 0.3}],
+    ids=["min_cut", "memory_budget"],
+)
+def test_partitioners_weigh_data_dependent_sizes_without_guarding(options: dict[str, Any]) -> None:
+    check(_routed, _routed_args(), compiled_fn=aot.aot_function(_routed, aot.nop, **options))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_data_dependent_sizes_in_each_grad_mode(mode: str) -> None:
+    check_in_mode(_routed, _routed_args, mode)
 
 
 class _Router(nn.Module):
