@@ -296,3 +296,24 @@ def test_opinfo_op_needing_a_value_stays_a_clear_error(name: str) -> None:
     with warnings.catch_warnings(), pytest.raises(DataDependentError, match="outside the compiled function"):
         warnings.simplefilter("ignore")
         aot.aot_function(f, aot.nop)(*clone_args(tensors))
+
+
+def test_torch_compile_capturing_dynamic_output_shapes() -> None:
+    # Dynamo keeps nonzero in the graph it hands aotfx only when asked to; aotfx then traces it unbacked.
+    import torch._dynamo
+
+    def f(x):
+        return x[x > 0].sin() * 2
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        compiled = torch.compile(f, backend="aotfx", fullgraph=True)
+        for seed in range(3):
+            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+            expected = f(x)
+            (expected_grad,) = torch.autograd.grad(expected.sum(), x)
+            actual = compiled(x)
+            (actual_grad,) = torch.autograd.grad(actual.sum(), x)
+            assert_close(actual, expected)
+            assert_close(actual_grad, expected_grad, grad=True)
+    torch._dynamo.reset()
