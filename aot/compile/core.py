@@ -107,6 +107,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         insert_runtime_asserts(entry.forward, "forward")
+        insert_runtime_asserts(entry.backward, "backward")
     else:
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
         if config.keep_inference_input_mutations:

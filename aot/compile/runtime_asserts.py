@@ -4,11 +4,11 @@ A size that depends on tensor data (``nonzero``'s, a boolean mask's) is an unbac
 symbol: the trace cannot read it, so where an op needs to know something of it
 (two masks' counts equal, for ``x[m1] + y[m2]`` to add elementwise rather than
 broadcast a count of 1) torch assumes it and records the assumption on the shape
-environment. Such a call's graphs were traced for that case only: the forward and
-inference graphs check each assumption once the sizes it names are computed, and
-raise (a ``RuntimeError`` naming the assumption) where eager's data breaks it,
-rather than compute something else. The backward needs no check of its own: its
-sizes are the forward's, and autograd checks each gradient's shape against its output.
+environment. Such a call's graphs were traced for that case only: each graph that
+computes such sizes checks each assumption once the sizes it names are computed, and
+raises (a ``RuntimeError`` naming the assumption) where eager's data breaks it, rather
+than compute something else. (A backward taking the forward's sizes as inputs computes
+none: autograd checks each gradient's shape against its output.)
 """
 
 from __future__ import annotations
