@@ -38,7 +38,7 @@ from aot.compile.partition import default_partition
 from aot.compile.policy import ActivationPolicy, PolicyPartition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
-from aot.errors import UnsupportedInputError
+from aot.errors import DataDependentError, UnsupportedInputError
 from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
 from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
@@ -410,6 +410,31 @@ class AOTFunction:
     ) -> tuple[CompiledEntry, _CallingConvention]:
         if dynamic:
             return self._compile_symbolic(args, kwargs, key, dynamic)
+        if symbolic.current() is None:
+            try:
+                return self._compile_traced(args, kwargs, key)
+            except DataDependentError:
+                # A size that depends on tensor data (``nonzero``): traced again on a shape environment, the
+                # size an unbacked symbol; what is still refused then (a branch on a value) raises again.
+                return self._compile_unbacked(args, kwargs, key)
+        return self._compile_traced(args, kwargs, key)
+
+    def _compile_unbacked(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+    ) -> tuple[CompiledEntry, _CallingConvention]:
+        """Compile static shapes on a shape environment: data-dependent sizes become unbacked symbols.
+
+        Every input size is a constant (the key holds them all), so no guard is needed beyond the key's.
+        """
+        with symbolic.symbolic_inputs(symbolic.SymbolicInputs()):
+            found = self._compile_traced(args, kwargs, key)
+        self._cache[key] = found
+        keys.remember_trace(self.fn, self.config, key, found)
+        return found
+
+    def _compile_traced(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
+    ) -> tuple[CompiledEntry, _CallingConvention]:
         reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused

@@ -13,13 +13,14 @@ a final backward must agree (the oracle's gradient tolerance).
 
 An op's outcome: ``pass``; ``eager fails`` when eager's own higher-order backward raises on every
 sample (nothing to compare: such ops do not count against aotfx); otherwise the first compiled
-error or mismatch. Samples whose shapes depend on tensor values (``DATA_DEPENDENT`` of
-``tests/test_opinfo.py``, refused by static tracing) are skipped. The summary line gives passes
+error or mismatch. Samples needing a tensor's value as a Python number (``DATA_DEPENDENT`` of
+``tests/test_opinfo.py``, refused by tracing) are skipped. The summary line gives passes
 out of the ops where eager's works.
 
 ``--all``: every op of ``op_db`` that declares a second derivative (``supports_gradgrad``) and
-runs in float32 or complex64, not only the CI subset. A sample whose output shape depends on
-tensor values raises aotfx's ``DataDependentError`` under static tracing (and a function seeding the
+runs in float32 or complex64, not only the CI subset. Output sizes that depend on tensor values
+trace as unbacked symbols; a sample needing a value itself (a branch or check on it, an op whose
+fake kernel has no unbacked sizes) raises aotfx's ``DataDependentError`` (and a function seeding the
 global generator between its draws is refused; OpInfo's random ops seed it once before them, which
 runs); an op refused so on every sample is counted apart (``refused``), not as a pass. Samples are
 compared NaN-equal: a NaN where eager has one is eager's answer.

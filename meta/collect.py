@@ -70,6 +70,18 @@ _SET_TWINS = frozenset(
 )
 
 
+@contextlib.contextmanager
+def _unbacked_sizes_unbound(fake_mode: FakeTensorMode) -> Iterator[None]:
+    """Data-dependent sizes (``nonzero``'s) are new unbacked symbols of the shape environment; no graph
+    binds them here (nothing is traced), so the environment is told not to look for where they are bound."""
+    shape_env = fake_mode.shape_env
+    if shape_env is None:
+        yield
+        return
+    with shape_env.ignore_fresh_unbacked_symbols():
+        yield
+
+
 def collect_meta(
     flat_fn: Callable[..., Sequence[torch.Tensor]],
     flat_args: Sequence[torch.Tensor],
@@ -123,7 +135,8 @@ def collect_meta(
         try:
             hooks, reseeds = saved_tensor_hooks_suspended(), Reseeds()
             with hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh, reseeds:
-                outs = list(flat_fn(*fakes))
+                with _unbacked_sizes_unbound(fake_mode):
+                    outs = list(flat_fn(*fakes))
             recorder.settle()
             recorder.refuse_requires_grad_on_inference(fakes)
         except Exception as error:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from meta.alias import written_positions
@@ -76,7 +77,7 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> _Overlap:
     """ATen's ``get_overlap_status``: only dense, non-overlapping tensors are judged."""
     if a is b:
         return _Overlap.FULL
-    if a.numel() == 0 or b.numel() == 0:
+    if guard_or_false(a.numel() == 0) or guard_or_false(b.numel() == 0):  # (a data-dependent size: maybe not)
         return _Overlap.NO
     if not is_non_overlapping_and_dense_or_false(a) or not is_non_overlapping_and_dense_or_false(b):
         return _Overlap.TOO_HARD

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
 from meta.symbolic import symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
@@ -104,7 +105,8 @@ def offset_of(tensor: torch.Tensor) -> int:
 def storage_extent(tensor: torch.Tensor) -> Extent:
     """The storage interval ``[start, end)`` a tensor's elements lie in (over-approximated by strides)."""
     start = offset_of(tensor)
-    if tensor.numel() == 0:
+    # A size that depends on data (an unbacked symbol) may be 0: counted as reaching, an over-approximation.
+    if guard_or_false(tensor.numel() == 0):
         return start, start
     return start, start + 1 + sum(
         (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
@@ -113,7 +115,10 @@ def storage_extent(tensor: torch.Tensor) -> Extent:
 
 def expanded_dims(shape: Sequence[int], stride: Sequence[int]) -> list[int]:
     """The dimensions along which several indices reach one memory element (stride 0, size > 1)."""
-    return [dim for dim, (size, step) in enumerate(zip(shape, stride, strict=True)) if step == 0 and size > 1]
+    # (a data-dependent size, unknown to the trace, may be above 1)
+    return [
+        dim for dim, (size, step) in enumerate(zip(shape, stride, strict=True)) if step == 0 and guard_or_true(size > 1)
+    ]
 
 
 def touch_interval(tensor: torch.Tensor) -> Extent:
@@ -122,7 +127,7 @@ def touch_interval(tensor: torch.Tensor) -> Extent:
     (its version counter moves), so it must meet it."""
     start, end = storage_extent(tensor)
     size = tensor.element_size()
-    return (start * size, (start + 1) * size) if end == start else (start * size, end * size)
+    return (start * size, (start + 1) * size) if guard_or_false(end == start) else (start * size, end * size)
 
 
 def intersect(a: Extent, b: Extent) -> bool:

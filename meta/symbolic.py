@@ -28,9 +28,9 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext, free_unbacked_symbols
 
-from meta.errors import DynamicShapesUnsupportedError
+from meta.errors import DataDependentError, DynamicShapesUnsupportedError
 
 __all__ = [
     "Guard",
@@ -70,10 +70,11 @@ class _ArgSource(Source):
 class SymbolicInputs:
     """The shape environment of one compile and the symbolic geometry of each dynamic input."""
 
-    # Data-dependent sizes (``nonzero``, ``.item()``) stay refused with aotfx's DataDependentError, as on
-    # static shapes: unbacked symbols would need runtime asserts, which the graphs do not carry yet.
+    # Sizes that depend on tensor data (``nonzero``, ``masked_select``, a boolean mask) are unbacked symbols,
+    # as torch's; a Python scalar read from a tensor (``.item()``) stays refused (DataDependentError), as
+    # torch.compile's default refuses it (capture_scalar_outputs=False).
     shape_env: ShapeEnv = field(
-        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        default_factory=lambda: ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=True)
     )
     # id(real tensor) -> its symbolic geometry; the tensors are held so their ids stay theirs.
     geometry: dict[int, Geometry] = field(default_factory=dict)
@@ -113,6 +114,12 @@ class SymbolicInputs:
 
         expr = value.node.expr
         unbound = [symbol for symbol in expr.free_symbols if symbol not in self.bindings]
+        if unbound and free_unbacked_symbols(expr):
+            raise DataDependentError(
+                f"an output is a view whose view arguments hold a size that depends on tensor data ({value}): "
+                "the layers replaying that view after the call read sizes from the inputs only. Return the view "
+                "of a clone(), or keep the data-dependent part outside the compiled function."
+            )
         if unbound:
             raise DynamicShapesUnsupportedError(f"a size ({value}) that no input's size determines")
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 from torch.utils._python_dispatch import _disable_current_modes
 
 from meta.alias import written_positions
@@ -93,14 +94,15 @@ def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], i
 def _may_overlap_itself(tensor: torch.Tensor) -> bool:
     """Whether two indices of ``tensor`` may reach one memory element (stride 0 aside): each dimension,
     by increasing stride, must step past everything the smaller ones span."""
-    if tensor.layout != torch.strided or tensor.numel() <= 1:
+    # A size that depends on data (an unbacked symbol) is not known: each check errs towards overlap.
+    if tensor.layout != torch.strided or guard_or_false(tensor.numel() <= 1):
         return False
     spanned = 0
-    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if n > 1))
+    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if guard_or_true(n > 1)))
     for stride, size in dims:
         if stride == 0:
             return False  # expanded: eager's own check decides
-        if stride <= spanned:
+        if guard_or_true(stride <= spanned):
             return True
         spanned += (size - 1) * stride
     return False

@@ -163,10 +163,19 @@ def test_op_without_fake_kernel_whose_real_fallback_fails_names_the_op():
         aot.aot_module(encoder, aot.nop)(torch.randn(2, 3, 4), src_key_padding_mask=pad)
 
 
-@pytest.mark.parametrize("op", [torch.nonzero, torch.unique, lambda x: x.masked_select(x > 0)])
-def test_dynamic_output_shape_is_a_clear_error(op):
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: torch.linalg.lstsq(x, x).solution,  # no fake kernel giving its sizes as unbacked symbols
+        lambda x: x * 2 if torch.equal(x, x.round()) else x,  # a Python branch on a value
+        lambda x: x[x > 0] * 2 if x[x > 0].shape[0] > 2 else x,  # a Python branch on a data-dependent size
+    ],
+    ids=["lstsq", "equal", "branch_on_count"],
+)
+def test_data_dependent_value_or_size_without_unbacked_symbol_is_a_clear_error(op):
+    # nonzero, unique, masked_select compile (tests/test_data_dependent.py); these still need a value.
     with pytest.raises(DataDependentError, match="outside the compiled function") as raised:
-        aot.aot_function(lambda x: op(x), aot.nop)(torch.randn(5))
+        aot.aot_function(lambda x: op(x), aot.nop)(torch.randn(5, 5))
     assert isinstance(raised.value, RuntimeError)
 
 

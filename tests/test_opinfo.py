@@ -67,8 +67,9 @@ OPS = ELEMENTWISE + REDUCTIONS + MATMUL + VIEWS + INDEXING + NN + OTHER
 # name -> (exception the bug raises, what the bug is)
 XFAIL: dict[str, tuple[type[BaseException], str]] = {}
 
-# Samples whose output shape depends on tensor data: static tracing must refuse them with aotfx's clear error.
-DATA_DEPENDENT = {"narrow": {1}, "index_put": {1}, "index_fill": {1}}
+# Samples needing a tensor's value as a Python number (narrow's start given as a tensor): refused with
+# aotfx's clear error. (Sizes from data, index_put's boolean mask, trace as unbacked symbols and compile.)
+DATA_DEPENDENT = {"narrow": {1}}
 
 
 @functools.cache

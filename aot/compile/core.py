@@ -31,6 +31,7 @@ from aot.compile.higher_order import (
     plan_higher_order,
 )
 from aot.compile.input_writes import keep_input_writes
+from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
 from meta.collect import raised_by_eager_backward
@@ -105,10 +106,13 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
         entry.extra["backward_writes"] = tuple(joint.meta["mutated_inputs"])
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
+        insert_runtime_asserts(entry.forward, "forward")
+        insert_runtime_asserts(entry.backward, "backward")
     else:
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
+        insert_runtime_asserts(entry.inference, "inference")
     _mark_static_inputs(entry, meta)
     return runtime_from_graphs(meta, config, entry, compile_function)
 

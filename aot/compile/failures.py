@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     UnsupportedOperatorException,
 )
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from aot.errors import (
     BackendCompilerError,
@@ -35,6 +36,10 @@ from aot.errors import (
 
 __all__ = ["backend_errors", "has_symbolic_sizes", "trace_errors", "user_line"]
 
+_KEEP_OUTSIDE = (
+    "keep data-dependent control flow and values (.item(), a Python branch on a tensor) outside the compiled "
+    "function, or split the function there."
+)
 _PACKAGE_DIRS = tuple(
     os.path.dirname(os.path.abspath(module.__file__ or ""))
     for module in (__import__("torch"), __import__("aot"), __import__("meta"), __import__("wrappers"))
@@ -74,10 +79,16 @@ def trace_errors() -> Iterator[None]:
         op = getattr(error, "func", "an op")
         raise DataDependentError(
             f"{op} needs the values of a tensor, which ahead-of-time tracing does not have "
-            f"(called at {user_line(error.__traceback__)}). aotfx traces no value or size that depends on "
-            "tensor data (with dynamic shapes neither: no unbacked symbols): keep data-dependent control flow "
-            "and ops like .item(), nonzero() or unique() outside the compiled function, or split the function "
-            "there."
+            f"(called at {user_line(error.__traceback__)}). aotfx traces sizes that depend on tensor data "
+            "(nonzero(), masked_select(), a boolean mask) as unbacked symbols where torch's fake kernels do, "
+            f"but {op} has none that does: {_KEEP_OUTSIDE}"
+        ) from error
+    except GuardOnDataDependentSymNode as error:
+        op = _fake_kernel_op(error.__traceback__)
+        raise DataDependentError(
+            f"{op or 'the function'} branches on a size that depends on tensor data (on {error.cond}, where "
+            f"u0, u1 ... are such sizes; at {user_line(error.__traceback__)}), "
+            f"which ahead-of-time tracing does not have: {_KEEP_OUTSIDE}"
         ) from error
     except ValueError as error:
         if not str(error).startswith("Cannot view a tensor with shape"):

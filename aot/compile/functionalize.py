@@ -46,6 +46,7 @@ import torch.fx as fx
 from torch._ops import OpOverload
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
 from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
@@ -706,7 +707,9 @@ class _Functionalizer:
         val = new_value.meta.get("val")
         if not isinstance(val, torch.Tensor) or not isinstance(like, torch.Tensor):
             return new_value
-        if all(a == b for size, a, b in zip(like.shape, like.stride(), val.stride(), strict=True) if size > 1):
+        # (Data-dependent sizes, unknown to the trace: compared as if above 1, strides as if unequal: copied.)
+        strides = zip(like.shape, like.stride(), val.stride(), strict=True)
+        if all(guard_or_false(a == b) for size, a, b in strides if guard_or_true(size > 1)):
             return new_value
         if not is_non_overlapping_and_dense_or_false(like):  # an expanded root: there is no layout to copy into
             return new_value

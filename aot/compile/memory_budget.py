@@ -42,7 +42,7 @@ import torch
 import torch.fx as fx
 from torch.utils.flop_counter import flop_registry
 
-from aot.compile.min_cut import can_run_again, node_bytes
+from aot.compile.min_cut import can_run_again, node_bytes, size_hint
 from aot.compile.partition import (
     JointParts,
     ancestors,
@@ -139,7 +139,8 @@ def node_flops(node: fx.Node) -> int:
         except Exception:  # a formula that does not take these arguments: fall back to the size
             pass
     values = [node.meta.get("val")] + [arg.meta.get("val") for arg in node.all_input_nodes]
-    return max((int(val.numel()) for val in values if isinstance(val, torch.Tensor)), default=1)
+    # (a size hint, never a guard: a size that depends on data has none to give, and gets a guess)
+    return max((size_hint(val.numel()) for val in values if isinstance(val, torch.Tensor)), default=1)
 
 
 class _Problem:

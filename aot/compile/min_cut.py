@@ -64,6 +64,7 @@ __all__ = [
     "is_recomputable",
     "min_cut_rematerialization_partition",
     "node_bytes",
+    "size_hint",
 ]
 
 aten = torch.ops.aten
@@ -104,7 +105,7 @@ def node_bytes(node: fx.Node) -> float:
     int, infinite for what cannot be saved as one value (a tuple of tensors)."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return _hint(val.numel()) * val.element_size()
+        return size_hint(val.numel()) * val.element_size()
     if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool)):
         return 1
     if val is None and not node.users:
@@ -120,7 +121,8 @@ def _capacity(node: fx.Node, scale: int) -> float:
     return int(weight) * scale + int(is_view)
 
 
-def _hint(size: int | torch.SymInt) -> int:
+def size_hint(size: int | torch.SymInt) -> int:
+    """A size's value when the graph was traced, for weights and estimates (a guess for an unbacked one)."""
     if isinstance(size, int):
         return size
     hint = size.node.hint
