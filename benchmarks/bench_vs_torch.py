@@ -196,6 +196,9 @@ def forward_only(fn: Any, args: tuple[torch.Tensor, ...]) -> None:
 
 def cold_start() -> None:
     FakeTensorMode.cache_clear()
+    # aotfx's in-process compile cache: without clearing it, a second aot_function of the same function
+    # reuses the first one's trace (aot.cache.reuse_trace) and the sample is a cache hit, not a compile.
+    aot.cache.clear()
     gc.collect()
 
 

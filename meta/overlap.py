@@ -11,6 +11,7 @@ collection and the traces apply them here, forward and backward.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,6 +97,7 @@ def eager_refuses_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return _overlap(a, b) in (_Overlap.FULL, _Overlap.PARTIAL)
 
 
+@functools.cache  # per op: asked for every op dispatched under the checks
 def _is_tensor_iterator_op(func: Any) -> bool:
     """Whether ``func``'s kernel is a TensorIterator (pointwise ops and ``copy_``): it refuses a read
     that partly overlaps what it writes."""
@@ -137,6 +139,8 @@ def _written_and_read(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[lis
     if torch.Tag.inplace_view in func.tags:
         return [], []
     positions = written_positions(func, args)
+    if not positions:
+        return [], []  # most ops write nothing: no need to gather what they read
     targets = list(_tensors(dispatched_argument(func, args, kwargs, p) for p in positions))
     if func._schema.name == "aten::copy_" and targets and same_data(targets[0], args[1] if len(args) > 1 else None):
         return [], []

@@ -4,6 +4,7 @@ was taken from (with the op and arguments to take it again); also run on real te
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -512,6 +513,7 @@ def _resize_to_own_size(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
     return isinstance(args[0], torch.Tensor) and list(args[0].shape) == list(args[1])
 
 
+@functools.cache  # per op: asked for every op dispatched under the recorder
 def _composite_implicit(func: Any) -> bool:
     """Whether ``func`` is made of other ops (``CompositeImplicitAutograd``), which autograd's kernel calls."""
     try:

@@ -753,11 +753,13 @@ class _Functionalizer:
         return mutated
 
 
-def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
+def functionalize(gm: fx.GraphModule, recompile: bool = True) -> fx.GraphModule:
     """Remove every mutation from ``gm`` (see the module docstring); rewrites ``gm`` and returns it.
 
     Args:
         gm: an ATen-level graph with ``meta["val"]`` on its nodes, as ``make_fx`` traces it.
+        recompile: lint and recompile ``gm``; ``False`` where the caller rewrites it further and does so
+            itself (generating a large graph's code is a good part of its compile time).
 
     Returns:
         ``gm`` computing the same outputs with pure ops, followed by the final
@@ -771,7 +773,8 @@ def functionalize(gm: fx.GraphModule) -> fx.GraphModule:
         mutated = functionalizer.run()
         gm.graph = functionalizer.graph
     gm.graph.eliminate_dead_code()
-    gm.graph.lint()
-    gm.recompile()
+    if recompile:
+        gm.graph.lint()
+        gm.recompile()
     gm.meta["mutated_inputs"] = mutated
     return gm

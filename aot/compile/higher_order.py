@@ -70,29 +70,23 @@ _SHAPE_ONLY = frozenset({
 })  # fmt: skip
 
 
-def _values_read(node: fx.Node) -> set[fx.Node]:
-    """``node`` and the nodes whose values it is computed from (not those whose shape only it reads)."""
-    seen: set[fx.Node] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.add(current)
-            if current.target not in _SHAPE_ONLY:
-                stack.extend(current.all_input_nodes)
-    return seen
-
-
 def _fed(forward: fx.GraphModule, saved: Sequence[Any]) -> set[fx.Node]:
     """Saved values passed as saved, not computed again: those computed from a random draw and from no primal's
     values (not drawn again), integer ones (indices a draw chose, say) and a draw's outputs without a
     derivative (rrelu's noise), which have no history to carry."""
     primals = set(_placeholders(forward))
+    # Whether the values a node is computed from (itself included, not the nodes whose shape only it reads)
+    # hold a draw, or a primal: one sweep in graph order (topological), not one walk of ancestors per saved value.
+    drawn: dict[fx.Node, bool] = {}
+    from_primal: dict[fx.Node, bool] = {}
+    for node in forward.graph.nodes:
+        read = () if node.target in _SHAPE_ONLY else node.all_input_nodes
+        drawn[node] = _draws(node) or any(drawn[n] for n in read)
+        from_primal[node] = node in primals or any(from_primal[n] for n in read)
     fed = set()
     for node in saved:
         if isinstance(node, fx.Node) and node not in primals:
-            read = _values_read(node)
-            drawn_only = any(_draws(n) for n in read) and not read & primals
+            drawn_only = drawn[node] and not from_primal[node]
             if drawn_only or _integral(node) or _drawn_without_derivative(node):
                 fed.add(node)
     return fed

@@ -63,6 +63,9 @@ class _SourceLines(TorchFunctionMode):
     def __init__(self, outer: set[FrameType]) -> None:
         super().__init__()
         self.outer = outer
+        # Formatted traces by their (code, line) pairs: a loop issues the same lines again and again, and
+        # formatting reads (and stats) the source files.
+        self.formatted: dict[tuple[tuple[Any, int], ...], list[str]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         user: list[tuple[FrameType, int]] = []
@@ -72,7 +75,11 @@ class _SourceLines(TorchFunctionMode):
                 user.append((frame, frame.f_lineno))
             frame = frame.f_back  # type: ignore[assignment]
         previous = fx_traceback.get_current_meta().get("stack_trace")
-        fx_traceback.set_stack_trace(traceback.StackSummary.extract(reversed(user)).format())
+        key = tuple((frame.f_code, line) for frame, line in user)
+        formatted = self.formatted.get(key)
+        if formatted is None:
+            formatted = self.formatted[key] = traceback.StackSummary.extract(reversed(user)).format()
+        fx_traceback.set_stack_trace(formatted)
         try:
             return func(*args, **(kwargs or {}))
         finally:

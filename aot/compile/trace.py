@@ -450,7 +450,7 @@ def _finish(
         node.target = node.name
         node.meta[DESC] = desc
     # Every graph a backend sees is functional; the layers above guarantee no input is written.
-    functionalize(gm)
+    functionalize(gm, recompile=False)  # linted and recompiled below, after the rewrites that follow
     if not set(gm.meta["mutated_inputs"]) <= writes_allowed:
         raise AssertionError(f"the traced function writes graph inputs {gm.meta['mutated_inputs']}")
     out_descs = out_descs + [InputWrite(i, names[i]) for i in gm.meta["mutated_inputs"]]
