@@ -89,7 +89,7 @@ def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
 
 @contextlib.contextmanager
 def _geometry_changes(
-    meta: ViewAndMutationMeta, fresh_views: FreshViews, inputs: Sequence[torch.Tensor]
+    meta: ViewAndMutationMeta[GraphArg, GraphOut], fresh_views: FreshViews, inputs: Sequence[torch.Tensor]
 ) -> Iterator[None]:
     """Modes a program changing geometry in place is traced under (collect_meta ran it under them too):
     fresh views of tensors whose geometry changed, ``out=`` resizing as explicit ops, and ``set_()``
@@ -147,7 +147,7 @@ def _flag_sets_as_eager() -> Iterator[None]:
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
 ) -> fx.GraphModule:
     """Trace forward and backward together into one graph.
@@ -168,7 +168,7 @@ def trace_joint(
     new_values = {int(out.new_value_of) for out in meta.output_info if out.new_value_of is not None}
     new_values |= {i for i, info in enumerate(meta.input_info) if info.mutates_data}
     descs: list[Any] = [Primal(GraphArg(i), info.name, i in new_values) for i, info in enumerate(meta.input_info)]
-    descs += [Tangent(GraphOut(out)) for out in tangent_outs]
+    descs += [Tangent(out) for out in tangent_outs]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
     placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
@@ -185,7 +185,7 @@ def trace_joint(
 def _trace_joint_once(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
     regenerated: RegeneratedViews | None,
 ) -> tuple[fx.GraphModule, list[torch.Tensor], list[torch.Tensor], _BackwardWrites]:
@@ -320,7 +320,7 @@ def _reuse_forward_draws(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
 def trace_inference(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
 ) -> fx.GraphModule:
     """Trace the forward alone: ``(primals...) -> (outputs...)``.
