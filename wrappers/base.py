@@ -39,6 +39,9 @@ class Stage(Generic[In, Out]):
     fn: FlatFn
     args: list[torch.Tensor]
     meta: ViewAndMutationMeta[In, Out]
+    # Inputs ``fn`` copies to write the copy only: where the graph returns and saves no alias of the copy, the
+    # core may have it read the input itself (the last layer passes on the ones of the stage it got).
+    copied: frozenset[In] = frozenset()
 
 
 class Layer(Protocol):

@@ -28,15 +28,12 @@ class Dedupe:
         self.kept: tuple[UserArg, ...] = ()  # the first position of each distinct tensor, in inner order
 
     def pre_compile(self, outer: Stage[UserArg, UserOut]) -> Stage[UserArg, UserOut] | Stage[DedupedArg, UserOut]:
-        first: dict[int, DedupedArg] = {}
-        kept: list[UserArg] = []
-        pairs = []
+        first: dict[int, UserArg] = {}  # each distinct tensor's first position, in inner order
         for position, arg in enumerate(outer.args):
-            if id(arg) not in first:
-                first[id(arg)] = DedupedArg(len(kept))
-                kept.append(UserArg(position))
-            pairs.append((UserArg(position), first[id(arg)]))
-        self.to_inner, self.kept = dict(pairs), tuple(kept)
+            first.setdefault(id(arg), UserArg(position))
+        inner = {tensor: DedupedArg(k) for k, tensor in enumerate(first)}
+        self.to_inner = {UserArg(i): inner[id(arg)] for i, arg in enumerate(outer.args)}
+        self.kept = kept = tuple(first.values())
         if len(kept) == len(outer.args):
             return outer
         to_inner, meta, flat_fn = self.to_inner, outer.meta, outer.fn

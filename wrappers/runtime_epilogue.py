@@ -116,7 +116,7 @@ class RuntimeEpilogue:
             + new_values,
             (),  # none below: the graph returns each as an output
         )
-        return Stage(inner_fn, outer.args, inner_meta)
+        return Stage(inner_fn, outer.args, inner_meta, frozenset(map(GraphArg, outer.copied | set(mutated))))
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta = self._outer_meta

@@ -311,7 +311,8 @@ class SyntheticBase:
             ),
             kept_info + new_values,
         )
-        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta)
+        copied = frozenset(BaseArg(len(plain) + k) for k, cluster in enumerate(clusters) if cluster.written)
+        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta, copied)
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta, clusters, plain, split, rerouted = self._meta, self._clusters, self._plain, self._split, self._rerouted

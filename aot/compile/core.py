@@ -109,7 +109,7 @@ def compile_core(
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
     else:
-        entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
+        entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions, stage.copied)
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
     _mark_static_inputs(entry, meta)
@@ -251,7 +251,7 @@ def _higher_order(
 
 
 def _compile_inference(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
-    inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions)
+    inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions, stage.copied)
     entry.inference = inference_gm
     return _compile("inference", inference_gm, compiler, config)
 

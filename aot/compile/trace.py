@@ -322,12 +322,14 @@ def trace_inference(
     flat_args: Sequence[torch.Tensor],
     meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
+    copied: frozenset[int] = frozenset(),
 ) -> fx.GraphModule:
     """Trace the forward alone: ``(primals...) -> (outputs...)``.
 
     In the caller's grad mode, as eager runs it: a ``torch.autograd.grad`` inside the
     function, or an op that decomposes by grad mode, is traced as eager executes it.
-    The graph itself runs without autograd.
+    The graph itself runs without autograd; where it may, it reads the inputs ``copied`` (``Stage.copied``), not
+    their copies.
     """
     fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
@@ -350,7 +352,7 @@ def trace_inference(
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
-    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, drop_input_copies=True)
+    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, copied)
 
 
 class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -392,7 +394,7 @@ def _finish(
     names: list[str],
     descs: list[Any],
     out_descs: list[Any],
-    drop_input_copies: bool = False,
+    copied: frozenset[int] = frozenset(),
     writes_allowed: frozenset[int] = frozenset(),
 ) -> fx.GraphModule:
     graph = gm.graph
@@ -414,8 +416,8 @@ def _finish(
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
-    if drop_input_copies:
-        _drop_input_copies(gm)
+    if copied:
+        _drop_input_copies(gm, copied)
     graph = gm.graph
     output = graph.output_node()
     output.meta[DESC] = out_descs
@@ -429,8 +431,8 @@ def _finish(
     return gm
 
 
-def _drop_input_copies(gm: fx.GraphModule) -> None:
-    """Read graph inputs directly where the layers copied them to write the copy.
+def _drop_input_copies(gm: fx.GraphModule, copied: frozenset[int]) -> None:
+    """Read the inputs the stage says its function copies (``Stage.copied``) directly, not their copies.
 
     Once the graph is functional, nothing writes the copy, so reading the input
     is the same, and saves a copy per call (of a whole synthetic base, say);
@@ -440,6 +442,7 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
     """
     graph = gm.graph
     analysis = AliasAnalysis(graph)
+    inputs = {node for i, node in enumerate(graph.find_nodes(op="placeholder")) if i in copied}
     outputs = [value for value in output_values(gm) if isinstance(value, fx.Node)]
     # What ops reading storage at absolute offsets read (found once; the loop only drops nodes).
     absolute_reads = [
@@ -450,10 +453,7 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
     for node in list(graph.nodes):
         if node.target is not torch.ops.aten.clone.default or node.kwargs.get("memory_format") is not None:
             continue
-        source = node.args[0]
-        if not isinstance(source, fx.Node) or source.op != "placeholder":
-            continue
-        if any(analysis.may_alias(out, node) for out in outputs):
+        if (source := node.args[0]) not in inputs or any(analysis.may_alias(out, node) for out in outputs):
             continue
         if not _same_layout(node, source) or any(analysis.may_alias(read, node) for read in absolute_reads):
             # A read at an absolute storage offset sees where the copy sits, not where the input does.
