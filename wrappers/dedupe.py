@@ -31,8 +31,8 @@ class Dedupe:
         first: dict[int, UserArg] = {}  # each distinct tensor's first position, in inner order
         for position, arg in enumerate(outer.args):
             first.setdefault(id(arg), UserArg(position))
-        inner = {tensor: DedupedArg(k) for k, tensor in enumerate(first)}
-        self.to_inner = {UserArg(i): inner[id(arg)] for i, arg in enumerate(outer.args)}
+        distinct = {tensor: DedupedArg(k) for k, tensor in enumerate(first)}
+        self.to_inner = {UserArg(i): distinct[id(arg)] for i, arg in enumerate(outer.args)}
         self.kept = kept = tuple(first.values())
         if len(kept) == len(outer.args):
             return outer
