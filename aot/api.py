@@ -45,10 +45,11 @@ from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symboli
 from aot.wrapped_scalars import scalar_inputs, specialized
 from meta import symbolic
 from meta.collect import collect_meta
+from meta.indices import UserArg, UserOut
 from meta.storage import CALLER_IN_INFERENCE_MODE
 from meta.symbolic import Guard
 from wrappers import Stage, compile_through, default_layers
-from wrappers.base import compile_generated
+from wrappers.base import CoreStage, compile_generated
 
 __all__ = ["AOTFunction", "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified"]
 
@@ -337,7 +338,7 @@ class AOTFunction:
 
     def _flat(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], spec: TreeSpec
-    ) -> tuple[Stage, _CallingConvention]:
+    ) -> tuple[Stage[UserArg, UserOut], _CallingConvention]:
         """The flat function over the tensor leaves, with the call's other leaves baked in."""
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
@@ -527,7 +528,7 @@ class AOTFunction:
         entry.inference = graphs["inference"]
         stage = Stage(_not_traced, [leaves[i] for i in convention.tensor_positions], meta)
 
-        def core(inner: Stage) -> Any:
+        def core(inner: CoreStage) -> Any:
             entry.core_meta = inner.meta
             return runtime_from_graphs(inner.meta, self.config, entry, AOTFunction, restored=True)
 
@@ -536,7 +537,7 @@ class AOTFunction:
         return entry, convention
 
 
-def _set_runtime(entry: CompiledEntry, stage: Stage, core: Any) -> None:
+def _set_runtime(entry: CompiledEntry, stage: Stage[UserArg, UserOut], core: Any) -> None:
     """The entry's runtime: generated from the layers' code, or their interpreted closures (the reference)."""
     if runtime_code.interpreted():
         entry.runtime = entry.reference_runtime = compile_through(default_layers(), stage, core)
@@ -972,7 +973,7 @@ def aot_export_joint(
     leaves, spec = tree_flatten((tuple(args), call_kwargs))
     joint: list[fx.GraphModule] = []
 
-    def trace_only(inner: Stage) -> Any:
+    def trace_only(inner: CoreStage) -> Any:
         joint.append(trace_joint(inner.fn, inner.args, inner.meta, config.decompositions))
         return lambda flat_args: []
 

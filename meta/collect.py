@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Never
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -87,7 +87,7 @@ def collect_meta(
     flat_args: Sequence[torch.Tensor],
     names: Sequence[str],
     fake_mode: FakeTensorMode | None = None,
-) -> ViewAndMutationMeta:
+) -> ViewAndMutationMeta[UserArg, UserOut]:
     """Run ``flat_fn`` once on fakes of ``flat_args`` and describe its inputs and outputs.
 
     Args:
@@ -272,8 +272,8 @@ def collect_meta(
     # eyes, whatever region the write touched.
     last_write = {UserArg(i): recorder.last_bump.get(id(fake), -1) for i, fake in enumerate(fakes)}
 
-    output_info: list[OutputAliasInfo] = []
-    intermediate_bases: list[OutputAliasInfo] = []
+    output_info: list[OutputAliasInfo[UserArg, UserOut]] = []
+    intermediate_bases: list[OutputAliasInfo[Never, Never]] = []
     base_of_root: dict[int, IntermediateBase] = {}
     grown = _grown_intermediate_storages(recorder, outs)
     base_of_storage: dict[int, IntermediateBase] = {}
@@ -295,7 +295,7 @@ def collect_meta(
             by_function = recorder.made_by_custom_function(tensor, len(chain))
             return not by_function and recorder.made_require_grad.get(id(tensor)) is not tensor
 
-        def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo:
+        def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo[UserArg, UserOut]:
             autograd_view = fresh_views.fresh(tensor)  # the stale record of a view would fail to regenerate
             try:
                 is_leaf = autograd_view.is_leaf

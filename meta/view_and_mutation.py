@@ -9,15 +9,16 @@ an object is built, so a layer that derives an inconsistent meta fails at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, Never, TypeVar, cast
 
 import torch
 
-from meta.indices import IntermediateBase, UserArg, UserOut
+from meta.indices import IntermediateBase
 from meta.symbolic import resolve_sizes, symbolic_geometry
 from meta.versions import uncounted
 
@@ -31,6 +32,13 @@ __all__ = [
     "ViewStep",
     "own_alias",
 ]
+
+# The input and output index spaces of the stage a meta describes (``meta.indices``): a layer's inner meta is
+# typed with its own, so an index of the outer stage used below it does not type-check.
+In = TypeVar("In", bound=int, covariant=True)
+Out = TypeVar("Out", bound=int, covariant=True)
+In2 = TypeVar("In2", bound=int)
+Out2 = TypeVar("Out2", bound=int)
 
 
 class OutputType(enum.Enum):
@@ -240,18 +248,26 @@ class InputAliasInfo:
 
 
 @dataclass(frozen=True)
-class ComputedAlias:
+class ComputedAlias(Generic[In]):
     """An output that aliases input ``base_input`` (``view_chain`` from it) with a history no view
     replay gives: an autograd.Function returned (a view of) the input, or, ``in_place``, an op with a
     gradient wrote a ``.data``/``detach()`` alias of it. The graph computes that history."""
 
-    base_input: UserArg
+    base_input: In
     view_chain: tuple[ViewStep, ...]
     in_place: bool = False
 
 
+def _renumbered_in(
+    arg: Callable[[In2], Out2 | None], index: In2, geometry: tuple[Any, Any, Any]
+) -> tuple[Out2, tuple[Any, Any, Any]] | None:
+    """A ``new_value_in`` in another stage's input space (None: the input is not passed there)."""
+    to = arg(index)
+    return None if to is None else (to, geometry)
+
+
 @dataclass(frozen=True)
-class OutputAliasInfo:
+class OutputAliasInfo(Generic[In, Out]):
     """How one output aliases, and where an aliasing output is regenerated from.
 
     Exactly one base field is set for an aliasing output: ``base_input`` for
@@ -264,8 +280,8 @@ class OutputAliasInfo:
     output_type: OutputType
     requires_grad: bool
     spec: TensorSpec
-    base_input: UserArg | None = None
-    base_output: UserOut | None = None
+    base_input: In | None = None
+    base_output: Out | None = None
     base_intermediate: IntermediateBase | None = None
     view_chain: tuple[ViewStep, ...] = ()
     # A view of an input taken before the function's last write to it: replay it before the write-back,
@@ -276,7 +292,7 @@ class OutputAliasInfo:
     hidden_view: bool = False
     # A computed output that eager returns as an alias of an input: the graph computes its history,
     # the caller gets it on the alias of the input.
-    computed_alias: ComputedAlias | None = None
+    computed_alias: ComputedAlias[In] | None = None
     # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
     is_leaf: bool = False
     # A view of the input taken after set_() moved it to other memory: taken again from the caller's tensor
@@ -290,11 +306,11 @@ class OutputAliasInfo:
     whole_storage: bool = False
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
-    new_value_of: UserArg | None = None
+    new_value_of: In | None = None
     # Below the synthetic-base layer: this output is the new value of that input (a base) in that geometry
     # (size, stride, offset from the base's), which the layer writes back into the caller's memory; an
     # autograd.Function's backward writing it writes that input there.
-    new_value_in: tuple[UserArg, tuple[Any, Any, Any]] | None = None
+    new_value_in: tuple[In, tuple[Any, Any, Any]] | None = None
 
     def __post_init__(self) -> None:
         bases = {
@@ -326,6 +342,21 @@ class OutputAliasInfo:
         if bool(self.view_chain) != has_chain:
             raise ValueError(f"{self.output_type}: a view chain is {'required' if has_chain else 'not allowed'}")
 
+    def renumbered(self, arg: Callable[[In], In2 | None], out: Callable[[Out], Out2]) -> OutputAliasInfo[In2, Out2]:
+        """This info in another stage's index spaces: each input index through ``arg`` (None: an input not
+        passed there, of which a computed output is no alias), each output index through ``out``."""
+        alias, base, new_value_of = self.computed_alias, self.base_input, self.new_value_of
+        new_value_in = self.new_value_in
+        to = None if alias is None else arg(alias.base_input)
+        return dataclasses.replace(
+            cast("OutputAliasInfo[In2, Out2]", self),  # every index field is replaced here
+            base_input=None if base is None else arg(base),
+            base_output=None if self.base_output is None else out(self.base_output),
+            computed_alias=None if alias is None or to is None else ComputedAlias(to, alias.view_chain, alias.in_place),
+            new_value_of=None if new_value_of is None else arg(new_value_of),
+            new_value_in=None if new_value_in is None else _renumbered_in(arg, *new_value_in),
+        )
+
     @property
     def is_differentiable(self) -> bool:
         return self.requires_grad and (self.spec.dtype.is_floating_point or self.spec.dtype.is_complex)
@@ -349,17 +380,18 @@ class OutputAliasInfo:
 
 
 @dataclass(frozen=True)
-class ViewAndMutationMeta:
-    """The input/output metadata of one flat function at one layer of the stack.
+class ViewAndMutationMeta(Generic[In, Out]):
+    """The input/output metadata of one flat function at one layer of the stack, indexing inputs by ``In``
+    and outputs by ``Out``.
 
     ``intermediate_bases`` holds, for each hidden intermediate base, its spec and
-    whether it requires grad; the outputs that are views of it point at it
-    through ``OutputAliasInfo.base_intermediate``.
+    whether it requires grad (it indexes nothing); the outputs that are views of it
+    point at it through ``OutputAliasInfo.base_intermediate``.
     """
 
     input_info: tuple[InputAliasInfo, ...]
-    output_info: tuple[OutputAliasInfo, ...]
-    intermediate_bases: tuple[OutputAliasInfo, ...] = field(default=())
+    output_info: tuple[OutputAliasInfo[In, Out], ...]
+    intermediate_bases: tuple[OutputAliasInfo[Never, Never], ...] = field(default=())
     # The error eager's backward raises for this program (a tensor it saved was modified in place later,
     # through memory shared with an input); the compiled backward raises it too.
     backward_error: str | None = None
@@ -397,15 +429,25 @@ class ViewAndMutationMeta:
             if base.output_type != OutputType.NON_ALIAS:
                 raise ValueError("an intermediate base is computed by the graph: it must be NON_ALIAS")
 
-    @property
-    def num_intermediate_bases(self) -> int:
-        return len(self.intermediate_bases)
+    def inputs(self, where: Callable[[InputAliasInfo], bool]) -> tuple[In, ...]:
+        """The inputs ``where`` holds for, in this stage's input space."""
+        return tuple(cast(In, i) for i, info in enumerate(self.input_info) if where(info))
+
+    def below(
+        self,
+        input_info: tuple[InputAliasInfo, ...],
+        output_info: tuple[OutputAliasInfo[In2, Out2], ...],
+        bases: tuple[OutputAliasInfo[Never, Never], ...] | None = None,
+    ) -> ViewAndMutationMeta[In2, Out2]:
+        """The meta of the stage below a layer, in its index spaces; the rest (``bases`` unless given) as here."""
+        bases = self.intermediate_bases if bases is None else bases
+        return ViewAndMutationMeta(input_info, output_info, bases, self.backward_error, self.fresh_views, self.reseed)
 
     @cached_property
-    def traced_tangents(self) -> tuple[UserOut, ...]:
+    def traced_tangents(self) -> tuple[Out, ...]:
         """Outputs computed by the graph that take a tangent in the backward."""
         return tuple(
-            UserOut(i)
+            cast(Out, i)
             for i, info in enumerate(self.output_info)
             if info.output_type == OutputType.NON_ALIAS and info.is_differentiable
         )

@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import aot
 from meta.collect import collect_meta
 from meta.indices import DedupedArg, UserArg
 from meta.view_and_mutation import OutputType, TensorSpec
@@ -630,3 +631,30 @@ def test_layer_docstring_example_runs():
 
     result = doctest.testmod(wrappers.base)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_stage_tells_the_core_which_inputs_the_layers_copy():
+    """The epilogue copies a written input, the synthetic base a written cluster's base: each says so through
+    the stage (``Stage.copied``); the core reads the inputs themselves in an inference graph, and keeps a clone
+    it was not told of (the function's own)."""
+
+    def writes(x, base_member, other_member):
+        x.add_(1)
+        base_member.mul_(2)
+        return x * 2 + other_member
+
+    base = torch.ones(6)
+    stages: list[Stage] = []
+    args = [torch.ones(4), base[:4], base[2:]]
+    compile_through(default_layers(), outer_stage(writes, args), lambda s: stages.append(s) or EagerInner(s))
+    (core_stage,) = stages
+    assert core_stage.copied == {0, 1}  # x, then the base the two members are merged into
+
+    def own_clone(x):
+        return x.clone() * 2, x + 1
+
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = aot.aot_function(own_clone, lambda gm, _: graphs.append(gm) or gm)
+    with torch.no_grad():
+        check(own_clone, lambda: (torch.ones(3),), compiled_fn=compiled)
+    assert [node.target for node in graphs[0].graph.nodes].count(torch.ops.aten.clone.default) == 1

@@ -78,6 +78,21 @@ def test_mypy_strict_on_the_whole_package():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_mypy_rejects_an_index_of_another_layer(tmp_path: pathlib.Path):
+    """Each stage's meta is typed by its index spaces: a user-level index used below Dedupe does not type-check."""
+    mixup = tmp_path / "mixup.py"
+    mixup.write_text(
+        "from meta.indices import DedupedArg, UserArg, UserOut\n"
+        "from meta.view_and_mutation import OutputAliasInfo, ViewAndMutationMeta\n"
+        "def below(meta: ViewAndMutationMeta[UserArg, UserOut]) -> ViewAndMutationMeta[DedupedArg, UserOut]:\n"
+        "    return meta\n"
+        "def aliased(info: OutputAliasInfo[DedupedArg, UserOut]) -> OutputAliasInfo[DedupedArg, UserOut]:\n"
+        "    return OutputAliasInfo(info.output_type, True, info.spec, base_input=UserArg(0))\n"
+    )
+    result = subprocess.run([*_tool("mypy"), str(mixup)], capture_output=True, text=True, cwd=ROOT)
+    assert result.stdout.count("error:") == 2, result.stdout
+
+
 def _module_name(path: pathlib.Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -12,14 +12,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
+from meta.indices import GraphArg, GraphOut
 from meta.view_and_mutation import ViewAndMutationMeta
 from wrappers.codegen import Emitter, Generated, emitter_of, generate, opaque
 
-__all__ = ["CoreCompiler", "FlatFn", "Layer", "Runtime", "Stage", "compile_generated", "compile_through"]
+__all__ = ["CoreCompiler", "CoreStage", "FlatFn", "Layer", "Runtime", "Stage", "compile_generated", "compile_through"]
 
 # The function being compiled: takes tensors positionally, returns a sequence of tensors.
 FlatFn = Callable[..., Sequence[torch.Tensor]]
@@ -27,13 +28,20 @@ FlatFn = Callable[..., Sequence[torch.Tensor]]
 Runtime = Callable[[list[torch.Tensor]], list[Any]]
 
 
+In = TypeVar("In", bound=int, covariant=True)
+Out = TypeVar("Out", bound=int, covariant=True)
+
+
 @dataclass(frozen=True)
-class Stage:
-    """The flat function, example arguments and meta at one depth of the stack."""
+class Stage(Generic[In, Out]):
+    """The flat function, example arguments and meta at one depth of the stack, in its index spaces."""
 
     fn: FlatFn
     args: list[torch.Tensor]
-    meta: ViewAndMutationMeta
+    meta: ViewAndMutationMeta[In, Out]
+    # Inputs ``fn`` copies to write the copy only: where the graph returns and saves no alias of the copy, the
+    # core may have it read the input itself (the last layer passes on the ones of the stage it got).
+    copied: frozenset[In] = frozenset()
 
 
 class Layer(Protocol):
@@ -59,25 +67,26 @@ class Layer(Protocol):
     [tensor([9., 9.])]
     """
 
-    def pre_compile(self, outer: Stage) -> Stage: ...
+    def pre_compile(self, outer: Stage[Any, Any]) -> Stage[Any, Any]: ...
 
     def post_compile(self, inner: Runtime) -> Runtime: ...
 
 
-CoreCompiler = Callable[[Stage], Runtime]
+CoreStage = Stage[GraphArg, GraphOut]  # what the core compiles: the stage below every layer
+CoreCompiler = Callable[[CoreStage], Runtime]
 
 # The ``aot.layers`` channel (``AOTFX_LOGS=layers``); named here so this package does not import ``aot``.
 _log = logging.getLogger("aot.layers")
 
 
-def _mutated(meta: ViewAndMutationMeta) -> list[str]:
+def _mutated(meta: ViewAndMutationMeta[Any, Any]) -> list[str]:
     kinds = {(True, False): "data", (False, True): "metadata", (True, True): "data+metadata"}
     return [
         f"{info.name} ({kinds[info.mutates_data, info.mutates_metadata]})" for info in meta.input_info if info.mutates
     ]
 
 
-def _log_rewrite(layer: Layer, outer: Stage, inner: Stage) -> None:
+def _log_rewrite(layer: Layer, outer: Stage[Any, Any], inner: Stage[Any, Any]) -> None:
     """One record per layer: how its ``pre_compile`` changed the calling convention."""
     fields: dict[str, Any] = {
         "layer": type(layer).__name__,
@@ -85,7 +94,7 @@ def _log_rewrite(layer: Layer, outer: Stage, inner: Stage) -> None:
         "inner_args": [info.name for info in inner.meta.input_info],
         "outer_outputs": len(outer.meta.output_info),
         "inner_outputs": len(inner.meta.output_info),
-        "inner_intermediate_bases": inner.meta.num_intermediate_bases,
+        "inner_intermediate_bases": len(inner.meta.intermediate_bases),
         "outer_mutated": _mutated(outer.meta),
         "inner_mutated": _mutated(inner.meta),
     }
@@ -98,14 +107,14 @@ def _log_rewrite(layer: Layer, outer: Stage, inner: Stage) -> None:
         fields["inner_args"],
         fields["outer_outputs"],
         fields["inner_outputs"],
-        f" (+{inner.meta.num_intermediate_bases} intermediate bases)" if inner.meta.num_intermediate_bases else "",
+        f" (+{fields['inner_intermediate_bases']} intermediate bases)" if inner.meta.intermediate_bases else "",
         fields["outer_mutated"] or "none",
         fields["inner_mutated"] or "none",
         extra={"aot": fields},
     )
 
 
-def _pre_compile_all(layers: Sequence[Layer], stage: Stage) -> Stage:
+def _pre_compile_all(layers: Sequence[Layer], stage: Stage[Any, Any]) -> CoreStage:
     """Every layer's ``pre_compile``, outside-in: the stage the core compiles."""
     for layer in layers:
         inner = layer.pre_compile(stage)
@@ -115,7 +124,7 @@ def _pre_compile_all(layers: Sequence[Layer], stage: Stage) -> Stage:
     return stage
 
 
-def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> Runtime:
+def compile_through(layers: Sequence[Layer], stage: Stage[Any, Any], core: CoreCompiler) -> Runtime:
     """Run every layer's ``pre_compile`` outside-in, the core, then every ``post_compile`` inside-out."""
     runtime = core(_pre_compile_all(layers, stage))
     for layer in reversed(layers):
@@ -123,7 +132,7 @@ def compile_through(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -
     return runtime
 
 
-def compile_generated(layers: Sequence[Layer], stage: Stage, core: CoreCompiler) -> tuple[Runtime, Generated]:
+def compile_generated(layers: Sequence[Layer], stage: Stage[Any, Any], core: CoreCompiler) -> tuple[Runtime, Generated]:
     """``compile_through``'s runtime (the interpreted reference) and the same call as one generated function.
 
     A layer emits its part when it has ``emit_post_compile(inner_emitter)`` returning an emitter (after its

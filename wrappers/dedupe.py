@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from meta.indices import DedupedArg, IndexMap, UserArg
-from meta.view_and_mutation import InputAliasInfo, OutputAliasInfo
+from meta.indices import DedupedArg, IndexMap, UserArg, UserOut
+from meta.view_and_mutation import InputAliasInfo
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source
 
@@ -24,19 +24,16 @@ class Dedupe:
     """Outer argument positions map many-to-one onto the distinct tensor objects."""
 
     def __init__(self) -> None:
-        self.to_inner: IndexMap[UserArg, DedupedArg] = IndexMap()
+        self.to_inner: IndexMap[UserArg, DedupedArg] = {}
         self.kept: tuple[UserArg, ...] = ()  # the first position of each distinct tensor, in inner order
 
-    def pre_compile(self, outer: Stage) -> Stage:
-        first: dict[int, DedupedArg] = {}
-        kept: list[UserArg] = []
-        pairs = []
+    def pre_compile(self, outer: Stage[UserArg, UserOut]) -> Stage[UserArg, UserOut] | Stage[DedupedArg, UserOut]:
+        first: dict[int, UserArg] = {}  # each distinct tensor's first position, in inner order
         for position, arg in enumerate(outer.args):
-            if id(arg) not in first:
-                first[id(arg)] = DedupedArg(len(kept))
-                kept.append(UserArg(position))
-            pairs.append((UserArg(position), first[id(arg)]))
-        self.to_inner, self.kept = IndexMap(pairs), tuple(kept)
+            first.setdefault(id(arg), UserArg(position))
+        distinct = {tensor: DedupedArg(k) for k, tensor in enumerate(first)}
+        self.to_inner = {UserArg(i): distinct[id(arg)] for i, arg in enumerate(outer.args)}
+        self.kept = kept = tuple(first.values())
         if len(kept) == len(outer.args):
             return outer
         to_inner, meta, flat_fn = self.to_inner, outer.meta, outer.fn
@@ -45,26 +42,15 @@ class Dedupe:
         def inner_fn(*args: torch.Tensor) -> Any:
             return flat_fn(*(args[inner] for inner in positions))
 
-        def renumbered(info: OutputAliasInfo) -> OutputAliasInfo:
-            # The meta of a stage indexes that stage's own arguments.
-            if info.computed_alias is not None:
-                base = UserArg(to_inner[info.computed_alias.base_input])
-                alias = dataclasses.replace(info.computed_alias, base_input=base)
-                info = dataclasses.replace(info, computed_alias=alias)
-            if info.base_input is None:
-                return info
-            return dataclasses.replace(info, base_input=UserArg(to_inner[info.base_input]))
-
         def renumbered_input(info: InputAliasInfo) -> InputAliasInfo:
             if info.storage_set_to is None or info.storage_set_to[0] != "input":
                 return info
             return dataclasses.replace(info, storage_set_to=("input", to_inner[UserArg(info.storage_set_to[1])]))
 
-        inner_meta = dataclasses.replace(
-            meta,
-            input_info=tuple(renumbered_input(meta.input_info[position]) for position in kept),
-            output_info=tuple(renumbered(info) for info in meta.output_info),
-            intermediate_bases=meta.intermediate_bases,
+        # The meta of a stage indexes that stage's own arguments.
+        inner_meta = meta.below(
+            tuple(renumbered_input(meta.input_info[position]) for position in kept),
+            tuple(info.renumbered(to_inner.__getitem__, UserOut) for info in meta.output_info),
         )
         return Stage(inner_fn, [outer.args[position] for position in kept], inner_meta)
 

@@ -47,7 +47,7 @@ from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import STANDS_FOR_NO_VIEW
-from meta.indices import UserArg, UserOut
+from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
 from meta.storage import view_root, whole_storage
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes
@@ -76,49 +76,52 @@ class MetadataMutation:
     """Inputs with metadata mutations get an alias inside and are restrided outside."""
 
     def __init__(self) -> None:
-        self._meta: ViewAndMutationMeta | None = None
-        self._mutated: tuple[UserArg, ...] = ()
+        self._meta: ViewAndMutationMeta[DedupedArg, UserOut] | None = None
+        self._mutated: tuple[DedupedArg, ...] = ()
         self._counter_groups: list[int] = []
         # Inputs the function called requires_grad_() on: the caller's tensors require grad after the call.
-        self._requires_grad_set: tuple[UserArg, ...] = ()
-        self._split: OutputSplit | None = None
-        self._fresh: tuple[UserArg, ...] = ()
+        self._requires_grad_set: tuple[DedupedArg, ...] = ()
+        self._split: OutputSplit[UserOut, RestridedOut] | None = None
+        self._fresh: tuple[DedupedArg, ...] = ()
         # Inputs whose storage the function grows (resize_), and to how many bytes.
-        self._grown: tuple[tuple[UserArg, int], ...] = ()
+        self._grown: tuple[tuple[DedupedArg, int], ...] = ()
         # Leaves requiring grad whose geometry changes under no_grad: restrided before the call.
-        self._restrided_first: tuple[UserArg, ...] = ()
+        self._restrided_first: tuple[DedupedArg, ...] = ()
         # Inputs requiring grad whose geometry changes under no_grad (or before requires_grad_()), never
         # written, in grad mode: restrided before the call, the layers below see their final geometry.
-        self._restrided: tuple[UserArg, ...] = ()
+        self._restrided: tuple[DedupedArg, ...] = ()
         # Inputs the function calls requires_grad_() on: they require grad before the call.
-        self._grad_from_inside: tuple[UserArg, ...] = ()
+        self._grad_from_inside: tuple[DedupedArg, ...] = ()
         # Inputs whose history set_() moves (``InputAliasInfo.moves_history``): their bases are passed too.
-        self._moved: tuple[UserArg, ...] = ()
+        self._moved: tuple[DedupedArg, ...] = ()
         # Inputs set_() under no_grad keeping a history a geometry change autograd recorded gave them.
-        self._kept_history: tuple[UserArg, ...] = ()
+        self._kept_history: tuple[DedupedArg, ...] = ()
         # Leaves set_() moves to another shape (``InputAliasInfo.moves_to_new_shape``): moved first, their old
         # selves passed too.
-        self._reshaped: tuple[UserArg, ...] = ()
+        self._reshaped: tuple[DedupedArg, ...] = ()
         self._steps: tuple[Any, Any] | None = None
 
-    def pre_compile(self, outer: Stage) -> Stage:
+    def pre_compile(
+        self, outer: Stage[DedupedArg, UserOut]
+    ) -> Stage[DedupedArg, UserOut] | Stage[RestridedArg, RestridedOut]:
         outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
         self._counter_groups = counter_groups(outer.args)
         self._grown = tuple(
-            (UserArg(i), info.storage_grown_to) for i, info in enumerate(meta.input_info) if info.storage_grown_to
+            (DedupedArg(i), info.storage_grown_to) for i, info in enumerate(meta.input_info) if info.storage_grown_to
         )
         # The layers below are compiled for (and traced on) the grown storages.
         _grow_storages(outer.args, self._grown)
-        mutated = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_metadata)
+        mutated = meta.inputs(lambda info: info.mutates_metadata)
         self._mutated = mutated
-        self._requires_grad_set = tuple(UserArg(i) for i, info in enumerate(meta.input_info) if info.sets_requires_grad)
+        self._requires_grad_set = meta.inputs(lambda info: info.sets_requires_grad)
         if not mutated:
             return outer
         split = OutputSplit.of(
             meta,
             lambda info: info.after_set or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated),
+            RestridedOut,
         )
         self._split = split
         flat_fn = outer.fn
@@ -140,7 +143,7 @@ class MetadataMutation:
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
         # Each restrided input's geometry when the call starts, its offset relative to the final one.
-        started: dict[UserArg, tuple[Any, Any, int]] = {}
+        started: dict[DedupedArg, tuple[Any, Any, int]] = {}
         for arg_idx in restrided:
             arg, final = outer.args[arg_idx], meta.input_info[arg_idx].final_metadata
             assert final is not None
@@ -193,21 +196,20 @@ class MetadataMutation:
             ended = [working[arg_idx].clone(memory_format=torch.contiguous_format) for arg_idx in kept_history]
             return [*(outs[out] for out in split.kept), *made, *ended]
 
-        def final_value(arg_idx: UserArg) -> OutputAliasInfo:
+        def final_value(arg_idx: DedupedArg) -> OutputAliasInfo[RestridedArg, RestridedOut]:
             info = meta.input_info[arg_idx]
             dtype = outer.args[arg_idx].dtype
             numel = info.fresh_storage_nbytes // outer.args[arg_idx].element_size()
             return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=False, spec=TensorSpec((numel,), (1,), dtype))
 
-        def as_ended(arg_idx: UserArg) -> OutputAliasInfo:
+        def as_ended(arg_idx: DedupedArg) -> OutputAliasInfo[RestridedArg, RestridedOut]:
             final = meta.input_info[arg_idx].final_metadata
             assert final is not None
             spec = TensorSpec(final[0], tuple(torch.empty(final[0], device="meta").stride()), outer.args[arg_idx].dtype)
             return OutputAliasInfo(OutputType.NON_ALIAS, requires_grad=True, spec=spec)
 
-        inner_meta = dataclasses.replace(
-            meta,
-            input_info=tuple(
+        inner_meta = meta.below(
+            tuple(
                 dataclasses.replace(
                     info,
                     mutates_metadata=False,
@@ -216,11 +218,11 @@ class MetadataMutation:
                     storage_set_to=None,
                     set_recorded=False,
                     fresh_storage_nbytes=0,
-                    is_leaf=info.is_leaf and UserArg(i) not in restrided_first,
+                    is_leaf=info.is_leaf and DedupedArg(i) not in restrided_first,
                     moves_history=False,
                     moves_to_new_shape=False,
                 )
-                if UserArg(i) not in reshaped
+                if DedupedArg(i) not in reshaped
                 # The caller's tensor moved first: its writes are its old self's.
                 else InputAliasInfo(info.name, requires_grad=True, is_leaf=True)
                 for i, info in enumerate(meta.input_info)
@@ -242,23 +244,21 @@ class MetadataMutation:
                 )
                 for i in reshaped
             ),
-            output_info=tuple(_from_final(info, started) for info in split.inner_output_info(meta))
+            split.inner_output_info([_from_final(info, started) for info in meta.output_info], RestridedArg)
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
         )
         return Stage(inner_fn, inner_args, inner_meta)
 
-    def _requiring_grad_first(self, outer: Stage) -> Stage:
+    def _requiring_grad_first(self, outer: Stage[DedupedArg, UserOut]) -> Stage[DedupedArg, UserOut]:
         """An input the function calls ``requires_grad_()`` on is a leaf requiring grad from then on: uses
         after the call reach it in the backward (its ``.grad``), views of it returned require grad. So the
         caller's tensor requires grad before the call, the layers below see an input requiring grad, and
         the function gets an untracked alias of it whose ``requires_grad_()`` attaches it to the input's
         history (see ``_RequiresGradInside``): uses before the call stay untracked, as in eager."""
         meta = outer.meta
-        chosen = tuple(
-            UserArg(i)
-            for i, info in enumerate(meta.input_info)
-            if info.sets_requires_grad
+        chosen = meta.inputs(
+            lambda info: info.sets_requires_grad
             and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
             and info.storage_set_to is None
             and info.storage_grown_to == 0
@@ -291,7 +291,7 @@ class MetadataMutation:
         for arg_idx in chosen:
             inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
 
-        def untracked_view(info: OutputAliasInfo) -> OutputAliasInfo:
+        def untracked_view(info: OutputAliasInfo[DedupedArg, UserOut]) -> OutputAliasInfo[DedupedArg, UserOut]:
             # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
             # its base does, with no history of its own): taken again without one (then made to require grad).
             if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in chosen:
@@ -303,7 +303,7 @@ class MetadataMutation:
 
         inner_meta = dataclasses.replace(
             meta,
-            input_info=tuple(inside(info) if UserArg(i) in chosen else info for i, info in enumerate(meta.input_info)),
+            input_info=tuple(inside(info) if i in chosen else info for i, info in enumerate(meta.input_info)),
             output_info=tuple(untracked_view(info) for info in meta.output_info),
         )
         return Stage(inner_fn, inner_args, inner_meta)
@@ -350,7 +350,7 @@ class MetadataMutation:
             histories = dict(zip(kept_history, inner_outs[num_kept + num_fresh :], strict=True))
             inner_outs = inner_outs[:num_kept]
 
-            def the_input(out: UserOut, info: OutputAliasInfo) -> torch.Tensor | None:
+            def the_input(out: UserOut, info: OutputAliasInfo[DedupedArg, UserOut]) -> torch.Tensor | None:
                 assert info.base_input is not None
                 return None if info.after_set else args[info.base_input]
 
@@ -523,7 +523,7 @@ def _move_first(target: torch.Tensor, info: InputAliasInfo) -> None:
         target.set_(_final_placeholder(target, info))  # type: ignore[call-overload]
 
 
-def _refuse_views_before_move(meta: ViewAndMutationMeta, reshaped: tuple[UserArg, ...]) -> None:
+def _refuse_views_before_move(meta: ViewAndMutationMeta[DedupedArg, UserOut], reshaped: tuple[DedupedArg, ...]) -> None:
     """An output that is a view of a moved leaf taken before the move: eager's keeps the old memory and takes
     its history again from the leaf in its new shape, which no replay from the moved caller's tensor gives."""
     for out_idx, info in enumerate(meta.output_info):
@@ -733,7 +733,9 @@ def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     return leaf if info.is_leaf or not info.requires_grad else leaf.view_as(leaf)
 
 
-def _from_final(info: OutputAliasInfo, started: dict[UserArg, tuple[Any, Any, int]]) -> OutputAliasInfo:
+def _from_final(
+    info: OutputAliasInfo[DedupedArg, UserOut], started: dict[DedupedArg, tuple[Any, Any, int]]
+) -> OutputAliasInfo[DedupedArg, UserOut]:
     """A view of a restrided input (or a computed output put on one), taken again from the input in its
     final geometry."""
     alias = info.computed_alias
@@ -780,7 +782,7 @@ def _stand_in_view(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     return _restrided_view(leaf.requires_grad_(arg.requires_grad), info)
 
 
-def _grow_storages(args: list[torch.Tensor], grown: tuple[tuple[UserArg, int], ...]) -> None:
+def _grow_storages(args: list[torch.Tensor], grown: tuple[tuple[DedupedArg, int], ...]) -> None:
     """Grow each storage as eager's ``resize_`` grows it: in place (every tensor on it sees the new
     memory), keeping its data. Below, the function's ``resize_`` is then one within the storage."""
     for arg_idx, nbytes in grown:
@@ -789,7 +791,7 @@ def _grow_storages(args: list[torch.Tensor], grown: tuple[tuple[UserArg, int], .
             storage.resize_(nbytes)
 
 
-def _growing_storages(inner: Runtime, grown: tuple[tuple[UserArg, int], ...]) -> Runtime:
+def _growing_storages(inner: Runtime, grown: tuple[tuple[DedupedArg, int], ...]) -> Runtime:
     def run(args: list[torch.Tensor]) -> list[Any]:
         _grow_storages(args, grown)
         return inner(args)
@@ -872,7 +874,7 @@ _INPLACE_VIEW_METHODS = frozenset(
 )
 
 
-def _setting_requires_grad_first(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+def _setting_requires_grad_first(inner: Runtime, inputs: tuple[DedupedArg, ...]) -> Runtime:
     if not inputs:
         return inner
 
@@ -890,7 +892,7 @@ def _setting_requires_grad_first(inner: Runtime, inputs: tuple[UserArg, ...]) ->
     return run
 
 
-def _setting_requires_grad(inner: Runtime, inputs: tuple[UserArg, ...]) -> Runtime:
+def _setting_requires_grad(inner: Runtime, inputs: tuple[DedupedArg, ...]) -> Runtime:
     if not inputs:
         return inner
 

@@ -7,59 +7,68 @@ the rest down, renumbered. This is that split, and its reassembly at runtime.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
-from meta.indices import IndexMap, UserOut
+from meta.indices import IndexMap
 from meta.view_and_mutation import OutputAliasInfo, OutputType, ViewAndMutationMeta
 
 __all__ = ["OutputSplit"]
 
 
+In = TypeVar("In", bound=int)
+In2 = TypeVar("In2", bound=int)
+Out = TypeVar("Out", bound=int)  # the outer outputs
+Out2 = TypeVar("Out2", bound=int)  # the inner ones
+
+
 @dataclass(frozen=True)
-class OutputSplit:
+class OutputSplit(Generic[Out, Out2]):
     """``kept`` maps each outer output the inner function computes to its inner position."""
 
-    kept: IndexMap[UserOut, UserOut]
-    rebuilt: frozenset[UserOut]
+    kept: IndexMap[Out, Out2]
+    rebuilt: frozenset[Out]
 
     @staticmethod
-    def of(meta: ViewAndMutationMeta, rebuild: Callable[[OutputAliasInfo], bool]) -> OutputSplit:
-        """Rebuild the outputs ``rebuild`` accepts, and every repeat of one of them."""
-        rebuilt: set[UserOut] = set()
-        for out_idx, info in enumerate(meta.output_info):
+    def of(
+        meta: ViewAndMutationMeta[In, Out],
+        rebuild: Callable[[OutputAliasInfo[In, Out]], bool],
+        inner: Callable[[int], Out2],
+    ) -> OutputSplit[Out, Out2]:
+        """Rebuild the outputs ``rebuild`` accepts, and every repeat of one of them; ``inner`` numbers the others."""
+        rebuilt: set[Out] = set()
+        for out, info in _numbered(meta):
             repeat_of_rebuilt = info.output_type == OutputType.IS_OUTPUT and info.base_output in rebuilt
             if rebuild(info) or repeat_of_rebuilt:
-                rebuilt.add(UserOut(out_idx))
-        kept = [UserOut(i) for i in range(len(meta.output_info)) if UserOut(i) not in rebuilt]
-        return OutputSplit(IndexMap((out, UserOut(inner)) for inner, out in enumerate(kept)), frozenset(rebuilt))
+                rebuilt.add(out)
+        kept = [out for out, _ in _numbered(meta) if out not in rebuilt]
+        return OutputSplit({out: inner(position) for position, out in enumerate(kept)}, frozenset(rebuilt))
 
-    def inner_output_info(self, meta: ViewAndMutationMeta) -> tuple[OutputAliasInfo, ...]:
-        """The kept outputs' info, with ``base_output`` renumbered into the inner output space."""
-        infos = []
-        for out in self.kept:
-            info = meta.output_info[out]
-            if info.base_output is not None:
-                info = dataclasses.replace(info, base_output=self.kept[info.base_output])
-            infos.append(info)
-        return tuple(infos)
+    def inner_output_info(
+        self, infos: Sequence[OutputAliasInfo[In, Out]], arg: Callable[[In], In2 | None]
+    ) -> tuple[OutputAliasInfo[In2, Out2], ...]:
+        """The kept outputs' info in the inner index spaces (input indices through ``arg``)."""
+        return tuple(infos[out].renumbered(arg, self.kept.__getitem__) for out in self.kept)
 
     def assemble(
         self,
-        meta: ViewAndMutationMeta,
+        meta: ViewAndMutationMeta[Any, Out],
         inner_outs: list[Any],
-        rebuild: Callable[[UserOut, OutputAliasInfo], Any],
+        rebuild: Callable[[Out, OutputAliasInfo[Any, Out]], Any],
     ) -> list[Any]:
         """The outer outputs: kept ones from ``inner_outs``, the others from ``rebuild`` (repeats reused)."""
         outs: list[Any] = [None] * len(meta.output_info)
-        for out_idx, info in enumerate(meta.output_info):
-            out = UserOut(out_idx)
+        for out, info in _numbered(meta):
             if out in self.kept:
-                outs[out_idx] = inner_outs[self.kept[out]]
+                outs[out] = inner_outs[self.kept[out]]
             elif info.output_type == OutputType.IS_OUTPUT and info.base_output in self.rebuilt:
-                outs[out_idx] = outs[info.base_output]
+                outs[out] = outs[info.base_output]
             else:
-                outs[out_idx] = rebuild(out, info)
+                outs[out] = rebuild(out, info)
         return outs
+
+
+def _numbered(meta: ViewAndMutationMeta[In, Out]) -> list[tuple[Out, OutputAliasInfo[In, Out]]]:
+    """Each output with its index, in the meta's output space."""
+    return [(cast(Out, i), info) for i, info in enumerate(meta.output_info)]

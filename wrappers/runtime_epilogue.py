@@ -19,11 +19,11 @@ memory. Above it:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from meta.indices import GraphOut, IndexMap, IntermediateBase, UserArg, UserOut
+from meta.indices import BaseArg, BaseOut, GraphArg, GraphOut, IndexMap, IntermediateBase
 from meta.recorder import ViewRecorder
 from meta.storage import clone_at_offset, whole_storage
 from meta.versions import Counters, counter_groups, uncounted
@@ -43,30 +43,30 @@ from wrappers.write_back import write_back
 
 __all__ = ["RuntimeEpilogue"]
 
+Info = TypeVar("Info", bound=OutputAliasInfo[Any, Any])
+
 
 class RuntimeEpilogue:
     """Graph outputs: ``NON_ALIAS`` user outputs, hidden intermediate bases, new values of mutated inputs."""
 
     def __init__(self) -> None:
-        self._outer_meta: ViewAndMutationMeta | None = None
-        self._user_to_graph: IndexMap[UserOut, GraphOut] = IndexMap()
-        self._base_to_graph: IndexMap[IntermediateBase, GraphOut] = IndexMap()
-        self._mutated_to_graph: IndexMap[UserArg, GraphOut] = IndexMap()
+        self._outer_meta: ViewAndMutationMeta[BaseArg, BaseOut] | None = None
+        self._out_to_graph: IndexMap[BaseOut, GraphOut] = {}
+        self._base_to_graph: IndexMap[IntermediateBase, GraphOut] = {}
+        self._mutated_to_graph: IndexMap[BaseArg, GraphOut] = {}
         self._counter_groups: list[int] = []
         self._plan: _Plan | None = None
 
-    def pre_compile(self, outer: Stage) -> Stage:
+    def pre_compile(self, outer: Stage[BaseArg, BaseOut]) -> Stage[GraphArg, GraphOut]:
         meta = outer.meta
         self._outer_meta = meta
         self._counter_groups = counter_groups(outer.args)
-        computed = [UserOut(i) for i, info in enumerate(meta.output_info) if info.output_type == OutputType.NON_ALIAS]
-        mutated = [UserArg(i) for i, info in enumerate(meta.input_info) if info.mutates_data]
-        num_bases = meta.num_intermediate_bases
-        self._user_to_graph = IndexMap((out, GraphOut(i)) for i, out in enumerate(computed))
-        self._base_to_graph = IndexMap((IntermediateBase(k), GraphOut(len(computed) + k)) for k in range(num_bases))
-        self._mutated_to_graph = IndexMap(
-            (arg, GraphOut(len(computed) + num_bases + k)) for k, arg in enumerate(mutated)
-        )
+        computed = [BaseOut(i) for i, info in enumerate(meta.output_info) if info.output_type == OutputType.NON_ALIAS]
+        mutated = meta.inputs(lambda info: info.mutates_data)
+        num_bases = len(meta.intermediate_bases)
+        self._out_to_graph = {out: GraphOut(i) for i, out in enumerate(computed)}
+        self._base_to_graph = {IntermediateBase(k): GraphOut(len(computed) + k) for k in range(num_bases)}
+        self._mutated_to_graph = {arg: GraphOut(len(computed) + num_bases + k) for k, arg in enumerate(mutated)}
         # For each hidden base: one output that is a view of it, and how many steps up the base is.
         base_witness: dict[int, tuple[int, int]] = {}
         for out_idx, info in enumerate(meta.output_info):
@@ -93,12 +93,12 @@ class RuntimeEpilogue:
                 outs, bases = list(flat_fn(*working)), []
             return [*(outs[i] for i in computed), *bases, *(working[i] for i in mutated)]
 
-        new_values = tuple(
+        new_values: tuple[OutputAliasInfo[GraphArg, GraphOut], ...] = tuple(
             OutputAliasInfo(
                 OutputType.NON_ALIAS,
                 requires_grad=meta.input_info[arg_idx].requires_grad_after,
                 spec=TensorSpec.of(outer.args[arg_idx]),
-                new_value_of=arg_idx,
+                new_value_of=GraphArg(arg_idx),
             )
             for arg_idx in mutated
         )
@@ -108,18 +108,20 @@ class RuntimeEpilogue:
             dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
             for i in computed
         )
-        inner_meta = dataclasses.replace(
-            meta,
-            input_info=tuple(_unmutated(info) for info in meta.input_info),
-            output_info=computed_info + tuple(map(_without_made_leaf, meta.intermediate_bases)) + new_values,
-            intermediate_bases=(),
+        # The graph's arguments are this layer's: ``GraphArg`` positions are the outer ones.
+        inner_meta = meta.below(
+            tuple(_unmutated(info) for info in meta.input_info),
+            tuple(info.renumbered(GraphArg, GraphOut) for info in computed_info)
+            + tuple(map(_without_made_leaf, meta.intermediate_bases))
+            + new_values,
+            (),  # none below: the graph returns each as an output
         )
-        return Stage(inner_fn, outer.args, inner_meta)
+        return Stage(inner_fn, outer.args, inner_meta, frozenset(map(GraphArg, outer.copied | set(mutated))))
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta = self._outer_meta
         assert meta is not None, "post_compile before pre_compile"
-        user_to_graph, base_to_graph = self._user_to_graph, self._base_to_graph
+        out_to_graph, base_to_graph = self._out_to_graph, self._base_to_graph
         writes = [(arg, graph_out, meta.input_info[arg]) for arg, graph_out in self._mutated_to_graph.items()]
         # Inputs eager wrote or whose version counter it moved: views of them are replayed at eager's version.
         moved = [i for i, info in enumerate(meta.input_info) if info.version_bumps or info.mutates_data]
@@ -134,9 +136,9 @@ class RuntimeEpilogue:
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
         set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
-        if not counters and not hidden_views and not set_inside and len(user_to_graph) == len(meta.output_info):
+        if not counters and not hidden_views and not set_inside and len(out_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
-        plan = _plan(meta, counters, user_to_graph, base_to_graph, writes)
+        plan = _plan(meta, counters, out_to_graph, base_to_graph, writes)
         self._plan = plan
 
         def run(args: list[torch.Tensor]) -> list[Any]:
@@ -205,7 +207,7 @@ class _Step:
     chain: tuple[ViewStep, ...] = ()
     slot: int | None = None
     flag: bool = False
-    info: OutputAliasInfo | None = None
+    info: OutputAliasInfo[Any, Any] | None = None
     writes: tuple[tuple[int, int], ...] = ()  # write_back: (input, graph output)
     write_infos: tuple[Any, ...] = ()
     counters: Counters | None = None  # finish: the plan's counters, set to eager's values after the write-back
@@ -315,16 +317,16 @@ class _Step:
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     counters: Counters
-    infos: tuple[OutputAliasInfo, ...]
+    infos: tuple[OutputAliasInfo[Any, Any], ...]
     steps: tuple[_Step, ...]
 
 
 def _plan(
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[BaseArg, BaseOut],
     counters: Counters,
-    user_to_graph: IndexMap[UserOut, GraphOut],
+    out_to_graph: IndexMap[BaseOut, GraphOut],
     base_to_graph: IndexMap[IntermediateBase, GraphOut],
-    writes: list[tuple[UserArg, GraphOut, Any]],
+    writes: list[tuple[BaseArg, GraphOut, Any]],
 ) -> _Plan:
     """The epilogue's call as steps, in order: outputs the graph computed and views replayed before the
     write-back, the write-back, then the outputs tied to inputs, other outputs and intermediates."""
@@ -332,7 +334,7 @@ def _plan(
     infos = meta.output_info
     for out_idx, info in enumerate(infos):
         if info.output_type == OutputType.NON_ALIAS:
-            steps.append(_Step("graph", out_idx, user_to_graph[UserOut(out_idx)], flag=info.hidden_view, info=info))
+            steps.append(_Step("graph", out_idx, out_to_graph[BaseOut(out_idx)], flag=info.hidden_view, info=info))
         elif info.replay_before_write_back:
             assert info.base_input is not None
             slot = counters.slot_of(info.base_input)
@@ -378,14 +380,14 @@ def _as_root(base: torch.Tensor) -> torch.Tensor:
     return base if base._base is None or base.requires_grad else own_alias(base)
 
 
-def _made_a_leaf(info: OutputAliasInfo) -> bool:
+def _made_a_leaf(info: OutputAliasInfo[Any, Any]) -> bool:
     """A computed output that eager returns as a leaf requiring grad: a value without history (computed
     under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
     plain = info.computed_alias is None and not info.hidden_view
     return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable
 
 
-def _without_made_leaf(info: OutputAliasInfo) -> OutputAliasInfo:
+def _without_made_leaf(info: Info) -> Info:
     """``info`` as the graph computes it: a leaf made to require grad inside has no gradient there."""
     return dataclasses.replace(info, requires_grad=False) if _made_a_leaf(info) else info
 

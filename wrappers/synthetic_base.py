@@ -25,7 +25,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
-from meta.indices import UserArg, UserOut
+from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
 from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
@@ -66,7 +66,9 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 
 
-def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -> list[tuple[UserArg, ...]]:
+def clusters_to_merge(
+    args: Sequence[torch.Tensor], meta: ViewAndMutationMeta[RestridedArg, Any]
+) -> list[tuple[RestridedArg, ...]]:
     """Groups of inputs connected by memory overlap, with a data mutation among them, in input order.
 
     Also single inputs needing their own memory (``_needs_own_memory``); and
@@ -86,9 +88,9 @@ def clusters_to_merge(args: Sequence[torch.Tensor], meta: ViewAndMutationMeta) -
             absolute = meta.input_info[i].offset_sensitive or meta.input_info[j].offset_sensitive
             if overlaps(args[i], args[j]) or (same_storage and absolute):
                 parent[root(i)] = root(j)
-    clusters: dict[int, list[UserArg]] = {}
+    clusters: dict[int, list[RestridedArg]] = {}
     for i in range(len(args)):
-        clusters.setdefault(root(i), []).append(UserArg(i))
+        clusters.setdefault(root(i), []).append(RestridedArg(i))
     return [
         tuple(members)
         for members in clusters.values()
@@ -178,7 +180,7 @@ def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.
     return root.as_strided(base.shape, base.stride(), base.storage_offset())
 
 
-def _written(cluster: tuple[UserArg, ...], meta: ViewAndMutationMeta) -> tuple[UserArg, ...]:
+def _written(cluster: tuple[RestridedArg, ...], meta: ViewAndMutationMeta[Any, Any]) -> tuple[RestridedArg, ...]:
     """The members to write back: those written through, whose regions hold every write.
 
     A member that only overlaps a written one sees the write through shared
@@ -193,8 +195,8 @@ class _Cluster:
     """Inputs merged into one base; ``whole`` writes the whole base back (offsets matter: writes may
     land anywhere in the storage), else each member in ``written`` is written back alone."""
 
-    members: tuple[UserArg, ...]
-    written: tuple[UserArg, ...]
+    members: tuple[RestridedArg, ...]
+    written: tuple[RestridedArg, ...]
     whole: bool
 
 
@@ -202,16 +204,18 @@ class SyntheticBase:
     """Inner arguments: the inputs outside any cluster, then one base per cluster."""
 
     def __init__(self) -> None:
-        self._meta: ViewAndMutationMeta | None = None
+        self._meta: ViewAndMutationMeta[RestridedArg, RestridedOut] | None = None
         self._clusters: list[_Cluster] = []
-        self._plain: tuple[UserArg, ...] = ()
-        self._split: OutputSplit | None = None
+        self._plain: tuple[RestridedArg, ...] = ()
+        self._split: OutputSplit[RestridedOut, BaseOut] | None = None
         self._counter_groups: list[int] = []
-        self._rerouted: tuple[UserArg, ...] = ()
-        self._own_leaves: set[UserArg] = set()  # those that are leaves: passed themselves
+        self._rerouted: tuple[RestridedArg, ...] = ()
+        self._own_leaves: set[RestridedArg] = set()  # those that are leaves: passed themselves
         self._steps: tuple[Any, Counters, Any] | None = None
 
-    def pre_compile(self, outer: Stage) -> Stage:
+    def pre_compile(
+        self, outer: Stage[RestridedArg, RestridedOut]
+    ) -> Stage[RestridedArg, RestridedOut] | Stage[BaseArg, BaseOut]:
         meta, args = outer.meta, outer.args
         self._meta = meta
         self._counter_groups = counter_groups(args)
@@ -224,9 +228,9 @@ class SyntheticBase:
         if not clusters:
             return outer
         in_cluster = {m for cluster in clusters for m in cluster.members}
-        plain = tuple(UserArg(i) for i in range(len(args)) if UserArg(i) not in in_cluster)
+        plain = tuple(RestridedArg(i) for i in range(len(args)) if RestridedArg(i) not in in_cluster)
         self._plain = plain
-        split = OutputSplit.of(meta, lambda info: info.base_input in in_cluster)
+        split = OutputSplit.of(meta, lambda info: info.base_input in in_cluster, BaseOut)
         self._split = split
         spans = [_span([args[m] for m in c.members], [meta.input_info[m] for m in c.members]) for c in clusters]
         bases = [span_base([args[m] for m in c.members], span) for c, span in zip(clusters, spans, strict=True)]
@@ -293,33 +297,34 @@ class SyntheticBase:
             name = "base_of_" + "_".join(meta.input_info[m].name for m in cluster.members)
             return InputAliasInfo(name=name, requires_grad=base.requires_grad, is_leaf=base.is_leaf)
 
-        new_values = tuple(
+        new_values: tuple[OutputAliasInfo[BaseArg, BaseOut], ...] = tuple(
             OutputAliasInfo(
                 OutputType.NON_ALIAS,
                 requires_grad=any(meta.input_info[w].requires_grad_after for w in cluster.written)
                 if cluster.whole
                 else meta.input_info[m].requires_grad_after,
                 spec=TensorSpec.of(base if cluster.whole else args[m]),
-                new_value_in=(UserArg(len(plain) + k), _own_geometry(base) if cluster.whole else geometry[m]),
+                new_value_in=(BaseArg(len(plain) + k), _own_geometry(base) if cluster.whole else geometry[m]),
             )
             for k, (cluster, base) in enumerate(zip(clusters, bases, strict=True))
             for m in (cluster.members[:1] if cluster.whole else cluster.written)
         )
-        # Kept outputs alias plain inputs only: renumber them into this layer's inner positions.
-        inner_position = {arg: UserArg(position) for position, arg in enumerate(plain)}
-        kept_info = tuple(_renumbered(info, inner_position) for info in split.inner_output_info(meta))
+        # Kept outputs alias plain inputs only (a Function's view of a merged input: the graph's value is returned,
+        # a view of no caller tensor there): renumbered into this layer's inner positions.
+        inner_position = {arg: BaseArg(position) for position, arg in enumerate(plain)}
+        kept_info = split.inner_output_info(meta.output_info, inner_position.get)
         own_bases = _own_bases(args, rerouted, own_leaves, clusters, spans)
-        inner_meta = dataclasses.replace(
-            meta,
-            input_info=tuple(meta.input_info[arg] for arg in plain)
+        inner_meta = meta.below(
+            tuple(meta.input_info[arg] for arg in plain)
             + tuple(base_info(cluster, base) for cluster, base in zip(clusters, bases, strict=True))
             + tuple(
                 InputAliasInfo(name=f"own_base_of_{meta.input_info[m].name}", requires_grad=True, is_leaf=own.is_leaf)
                 for m, own in zip(rerouted, own_bases, strict=True)
             ),
-            output_info=kept_info + new_values,
+            kept_info + new_values,
         )
-        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta)
+        copied = frozenset(BaseArg(len(plain) + k) for k, cluster in enumerate(clusters) if cluster.written)
+        return Stage(inner_fn, [args[arg] for arg in plain] + bases + own_bases, inner_meta, copied)
 
     def post_compile(self, inner: Runtime) -> Runtime:
         meta, clusters, plain, split, rerouted = self._meta, self._clusters, self._plain, self._split, self._rerouted
@@ -369,7 +374,7 @@ class SyntheticBase:
             """After the inner call: the write-back, the outputs rebuilt on the caller's tensors."""
             made: dict[int, torch.Tensor] = {}
 
-            def rebuild(out: UserOut, info: OutputAliasInfo) -> torch.Tensor:
+            def rebuild(out: RestridedOut, info: OutputAliasInfo[RestridedArg, RestridedOut]) -> torch.Tensor:
                 base = info.base_input
                 assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
@@ -378,9 +383,9 @@ class SyntheticBase:
                 return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, at))
 
             early = {
-                UserOut(i): rebuild(UserOut(i), info)
+                RestridedOut(i): rebuild(RestridedOut(i), info)
                 for i, info in enumerate(meta.output_info)
-                if UserOut(i) in split.rebuilt and info.replay_before_write_back
+                if RestridedOut(i) in split.rebuilt and info.replay_before_write_back
             }
             write_back(targets, inner_outs[num_kept:], target_infos)
             outs = split.assemble(
@@ -439,14 +444,14 @@ def _own_geometry(base: torch.Tensor) -> tuple[Any, Any, int]:
     return (base.shape, base.stride(), 0)
 
 
-def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[UserArg, ...]:
+def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[RestridedArg, ...]:
     return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))
 
 
 def _own_bases(
     args: Sequence[torch.Tensor],
-    rerouted: tuple[UserArg, ...],
-    leaves: set[UserArg],
+    rerouted: tuple[RestridedArg, ...],
+    leaves: set[RestridedArg],
     clusters: Sequence[_Cluster],
     spans: Sequence[tuple[int, int]],
 ) -> list[torch.Tensor]:
@@ -456,19 +461,9 @@ def _own_bases(
     return [args[m] if m in leaves else span_base([args[m]], span_of[m]) for m in rerouted]
 
 
-def _renumbered(info: OutputAliasInfo, inner_position: dict[UserArg, UserArg]) -> OutputAliasInfo:
-    """A kept output's info in the inner input positions (it aliases plain inputs only)."""
-    if info.computed_alias is not None:
-        base = inner_position.get(info.computed_alias.base_input)
-        # A Function's view of a merged input: the graph's value is returned, a view of no caller tensor.
-        view = None if base is None else dataclasses.replace(info.computed_alias, base_input=base)
-        info = dataclasses.replace(info, computed_alias=view)
-    return info if info.base_input is None else dataclasses.replace(info, base_input=inner_position[info.base_input])
-
-
 def _function_views(
-    meta: ViewAndMutationMeta, split: OutputSplit, members: set[UserArg]
-) -> dict[UserOut, ComputedAlias]:
+    meta: ViewAndMutationMeta[RestridedArg, RestridedOut], split: OutputSplit[RestridedOut, Any], members: set[Any]
+) -> dict[RestridedOut, ComputedAlias[RestridedArg]]:
     """Kept outputs an autograd.Function made as views of merged inputs (the inner layers see plain values)."""
     return {
         out: info.computed_alias

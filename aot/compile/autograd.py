@@ -21,6 +21,7 @@ import torch
 
 from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
+from meta.indices import GraphArg, GraphOut
 from meta.storage import one_index_per_element
 from meta.versions import version
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
@@ -197,7 +198,7 @@ def _once(build: Callable[[], T]) -> Callable[[], T]:
 def make_training_runtime(
     forward: BoxedFn,
     compile_backward: Callable[[], BoxedFn],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     backward_writes: Sequence[int] = (),
     higher_order: HigherOrder | None = None,
 ) -> Callable[[list[Any]], list[Any]]:

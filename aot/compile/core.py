@@ -35,9 +35,10 @@ from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
 from meta.collect import raised_by_eager_backward
+from meta.indices import GraphArg, GraphOut, UserArg, UserOut
 from meta.storage import CALLER_IN_INFERENCE_MODE
 from meta.view_and_mutation import OutputType, ViewAndMutationMeta
-from wrappers.base import Runtime, Stage
+from wrappers.base import CoreStage, Runtime
 from wrappers.codegen import Source, attach
 
 __all__ = ["CompileFunction", "CompiledEntry", "compile_core", "runtime_from_graphs"]
@@ -47,8 +48,8 @@ __all__ = ["CompileFunction", "CompiledEntry", "compile_core", "runtime_from_gra
 class CompiledEntry:
     """One compiled input signature: its meta, its graphs, its runtime."""
 
-    meta: ViewAndMutationMeta
-    core_meta: ViewAndMutationMeta | None = None
+    meta: ViewAndMutationMeta[UserArg, UserOut]
+    core_meta: ViewAndMutationMeta[GraphArg, GraphOut] | None = None
     joint: fx.GraphModule | None = None
     forward: fx.GraphModule | None = None
     backward: fx.GraphModule | None = None
@@ -77,7 +78,9 @@ class CompiledEntry:
 CompileFunction = Callable[[Callable[..., Any], AOTConfig, list[str]], Any]
 
 
-def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_function: CompileFunction) -> Runtime:
+def compile_core(
+    stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compile_function: CompileFunction
+) -> Runtime:
     """Compile ``stage.fn`` for ``stage.args``; the graphs land on ``entry``.
 
     ``compile_function`` compiles the backward as a function of its own when a backward runs with
@@ -109,7 +112,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
         insert_runtime_asserts(entry.forward, "forward")
         insert_runtime_asserts(entry.backward, "backward")
     else:
-        entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions)
+        entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions, stage.copied)
         if config.keep_inference_input_mutations:
             keep_input_writes(entry.inference, meta, stage.args)
         insert_runtime_asserts(entry.inference, "inference")
@@ -117,7 +120,7 @@ def compile_core(stage: Stage, config: AOTConfig, entry: CompiledEntry, compile_
     return runtime_from_graphs(meta, config, entry, compile_function)
 
 
-def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta) -> None:
+def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta[GraphArg, GraphOut]) -> None:
     """Tell backends which placeholders are parameters or buffers (inductor's ``static_input_idxs``).
 
     By name: the partitioner keeps a primal's name where the backward reads it as a saved value.
@@ -137,7 +140,7 @@ def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta) -> None
             gm.meta["static_input_indices"] = [i for i, name in enumerate(placeholders) if name in static]
 
 
-def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
+def _grad_inside_no_grad(user_meta: ViewAndMutationMeta[UserArg, UserOut]) -> bool:
     """Called under no_grad, the function still returns a computed value with a gradient: it made it
     in an ``enable_grad`` region (eager records that region; so must the compiled call)."""
     computed = (OutputType.NON_ALIAS, OutputType.ALIAS_OF_INTERMEDIATE)
@@ -154,7 +157,7 @@ def _grad_inside_no_grad(user_meta: ViewAndMutationMeta) -> bool:
 
 
 def runtime_from_graphs(
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     config: AOTConfig,
     entry: CompiledEntry,
     compile_function: CompileFunction,
@@ -211,7 +214,7 @@ def runtime_from_graphs(
 
 
 def _higher_order(
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     config: AOTConfig,
     entry: CompiledEntry,
     forward_gm: fx.GraphModule,
@@ -251,8 +254,8 @@ def _higher_order(
     return HigherOrder(held, written, compile_higher_order)
 
 
-def _compile_inference(stage: Stage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
-    inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions)
+def _compile_inference(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
+    inference_gm = trace_inference(stage.fn, stage.args, stage.meta, config.decompositions, stage.copied)
     entry.inference = inference_gm
     return _compile("inference", inference_gm, compiler, config)
 
@@ -285,7 +288,7 @@ def _with_grad_mode_for_kernels(gm: fx.GraphModule, forward: Any) -> Any:
     return run
 
 
-def _forward_only(stage: Stage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:
+def _forward_only(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, error: RuntimeError) -> Runtime:
     """Outputs with eager's autograd metadata whose backward raises the error eager's backward raises."""
     entry.extra["forward_only"] = True
     forward = _compile_inference(stage, config, entry, config.fw_compiler)

@@ -20,13 +20,16 @@ import torch.fx as fx
 
 from aot.compile.partition import output_values
 from meta.alias import AliasAnalysis
+from meta.indices import GraphArg, GraphOut
 from meta.storage import expanded_dims
 from meta.view_and_mutation import ViewAndMutationMeta
 
 __all__ = ["keep_input_writes"]
 
 
-def keep_input_writes(gm: fx.GraphModule, meta: ViewAndMutationMeta, args: Sequence[torch.Tensor]) -> None:
+def keep_input_writes(
+    gm: fx.GraphModule, meta: ViewAndMutationMeta[GraphArg, GraphOut], args: Sequence[torch.Tensor]
+) -> None:
     """Make ``gm`` (an inference graph of ``meta``) write the mutated inputs a plain ``copy_`` can."""
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]

@@ -89,7 +89,7 @@ def _autocast_cache_as_eager(flat_fn: FlatFn) -> FlatFn:
 
 @contextlib.contextmanager
 def _geometry_changes(
-    meta: ViewAndMutationMeta, fresh_views: FreshViews, inputs: Sequence[torch.Tensor]
+    meta: ViewAndMutationMeta[GraphArg, GraphOut], fresh_views: FreshViews, inputs: Sequence[torch.Tensor]
 ) -> Iterator[None]:
     """Modes a program changing geometry in place is traced under (collect_meta ran it under them too):
     fresh views of tensors whose geometry changed, ``out=`` resizing as explicit ops, and ``set_()``
@@ -147,7 +147,7 @@ def _flag_sets_as_eager() -> Iterator[None]:
 def trace_joint(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
 ) -> fx.GraphModule:
     """Trace forward and backward together into one graph.
@@ -171,7 +171,7 @@ def trace_joint(
     new_values = {int(out.new_value_of) for out in meta.output_info if out.new_value_of is not None}
     new_values |= {i for i, info in enumerate(meta.input_info) if info.mutates_data}
     descs: list[Any] = [Primal(GraphArg(i), info.name, i in new_values) for i, info in enumerate(meta.input_info)]
-    descs += [Tangent(GraphOut(out)) for out in tangent_outs]
+    descs += [Tangent(out) for out in tangent_outs]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
     out_descs += [Grad(GraphArg(i), name) for i, name in enumerate(names)]
     placeholder_names = [f"primals_{i + 1}" for i in range(num_primals)]
@@ -188,7 +188,7 @@ def trace_joint(
 def _trace_joint_once(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
     regenerated: RegeneratedViews | None,
     written_new_values: Mapping[int, tuple[int, tuple[Any, Any, Any] | None]] | None = None,
@@ -354,14 +354,16 @@ def _reuse_forward_draws(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
 def trace_inference(
     flat_fn: FlatFn,
     flat_args: Sequence[torch.Tensor],
-    meta: ViewAndMutationMeta,
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
     decompositions: Mapping[Any, Callable[..., Any]],
+    copied: frozenset[int] = frozenset(),
 ) -> fx.GraphModule:
     """Trace the forward alone: ``(primals...) -> (outputs...)``.
 
     In the caller's grad mode, as eager runs it: a ``torch.autograd.grad`` inside the
     function, or an op that decomposes by grad mode, is traced as eager executes it.
-    The graph itself runs without autograd.
+    The graph itself runs without autograd; where it may, it reads the inputs ``copied`` (``Stage.copied``), not
+    their copies.
     """
     fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
@@ -384,7 +386,7 @@ def trace_inference(
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
-    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, drop_input_copies=True)
+    return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, copied)
 
 
 class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -406,7 +408,9 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The positions of ``inputs`` whose memory the backward wrote."""
         return frozenset(i for i, tensor in enumerate(inputs) if storage_key(tensor) in self.storages)
 
-    def written_new_values(self, meta: ViewAndMutationMeta) -> dict[int, tuple[int, tuple[Any, Any, Any] | None]]:
+    def written_new_values(
+        self, meta: ViewAndMutationMeta[GraphArg, GraphOut]
+    ) -> dict[int, tuple[int, tuple[Any, Any, Any] | None]]:
         """The outputs (by index) that are an input's new value whose memory the backward wrote: the input's
         index, and where in it the value sits (None: all of it)."""
         found: dict[int, tuple[int, tuple[Any, Any, Any] | None]] = {}
@@ -439,7 +443,7 @@ def _finish(
     names: list[str],
     descs: list[Any],
     out_descs: list[Any],
-    drop_input_copies: bool = False,
+    copied: frozenset[int] = frozenset(),
     writes_allowed: frozenset[int] = frozenset(),
 ) -> fx.GraphModule:
     graph = gm.graph
@@ -461,8 +465,8 @@ def _finish(
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
-    if drop_input_copies:
-        _drop_input_copies(gm)
+    if copied:
+        _drop_input_copies(gm, copied)
     graph = gm.graph
     output = graph.output_node()
     output.meta[DESC] = out_descs
@@ -476,8 +480,8 @@ def _finish(
     return gm
 
 
-def _drop_input_copies(gm: fx.GraphModule) -> None:
-    """Read graph inputs directly where the layers copied them to write the copy.
+def _drop_input_copies(gm: fx.GraphModule, copied: frozenset[int]) -> None:
+    """Read the inputs the stage says its function copies (``Stage.copied``) directly, not their copies.
 
     Once the graph is functional, nothing writes the copy, so reading the input
     is the same, and saves a copy per call (of a whole synthetic base, say);
@@ -487,6 +491,7 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
     """
     graph = gm.graph
     analysis = AliasAnalysis(graph)
+    inputs = {node for i, node in enumerate(graph.find_nodes(op="placeholder")) if i in copied}
     outputs = [value for value in output_values(gm) if isinstance(value, fx.Node)]
     # What ops reading storage at absolute offsets read (found once; the loop only drops nodes).
     absolute_reads = [
@@ -497,10 +502,7 @@ def _drop_input_copies(gm: fx.GraphModule) -> None:
     for node in list(graph.nodes):
         if node.target is not torch.ops.aten.clone.default or node.kwargs.get("memory_format") is not None:
             continue
-        source = node.args[0]
-        if not isinstance(source, fx.Node) or source.op != "placeholder":
-            continue
-        if any(analysis.may_alias(out, node) for out in outputs):
+        if (source := node.args[0]) not in inputs or any(analysis.may_alias(out, node) for out in outputs):
             continue
         if not _same_layout(node, source) or any(analysis.may_alias(read, node) for read in absolute_reads):
             # A read at an absolute storage offset sees where the copy sits, not where the input does.
