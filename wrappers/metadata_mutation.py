@@ -210,18 +210,7 @@ class MetadataMutation:
 
         inner_meta = meta.below(
             tuple(
-                dataclasses.replace(
-                    info,
-                    mutates_metadata=False,
-                    metadata_record_stale=False,
-                    final_metadata=None,
-                    storage_set_to=None,
-                    set_recorded=False,
-                    fresh_storage_nbytes=0,
-                    is_leaf=info.is_leaf and DedupedArg(i) not in restrided_first,
-                    moves_history=False,
-                    moves_to_new_shape=False,
-                )
+                _as_below(info, is_leaf=info.is_leaf and DedupedArg(i) not in restrided_first)
                 if DedupedArg(i) not in reshaped
                 # The caller's tensor moved first: its writes are its old self's.
                 else InputAliasInfo(info.name, requires_grad=True, is_leaf=True)
@@ -231,19 +220,7 @@ class MetadataMutation:
                 InputAliasInfo(f"{meta.input_info[i].name}_base", requires_grad=True, is_leaf=inner_args[n].is_leaf)
                 for n, i in enumerate(moved, num_inputs)
             )
-            + tuple(
-                dataclasses.replace(
-                    meta.input_info[i],
-                    name=f"{meta.input_info[i].name}_before_set",
-                    mutates_metadata=False,
-                    final_metadata=None,
-                    storage_set_to=None,
-                    fresh_storage_nbytes=0,
-                    moves_history=False,
-                    moves_to_new_shape=False,
-                )
-                for i in reshaped
-            ),
+            + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
             split.inner_output_info([_from_final(info, started) for info in meta.output_info], RestridedArg)
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
@@ -496,6 +473,22 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
     return alias
+
+
+def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
+    """``info`` as the layers below see the input: this layer makes its geometry changes, set_()s and moves."""
+    return dataclasses.replace(
+        info,
+        mutates_metadata=False,
+        metadata_record_stale=False,
+        final_metadata=None,
+        storage_set_to=None,
+        set_recorded=False,
+        fresh_storage_nbytes=0,
+        moves_history=False,
+        moves_to_new_shape=False,
+        **changes,
+    )
 
 
 def _old_self(arg: torch.Tensor) -> torch.Tensor:
