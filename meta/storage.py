@@ -20,7 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
-from meta.symbolic import symbolic_fake, symbolic_geometry
+from meta.symbolic import span_end, symbolic_fake, symbolic_geometry
 from meta.versions import counter_groups, uncounted
 
 __all__ = [
@@ -108,9 +108,7 @@ def storage_extent(tensor: torch.Tensor) -> Extent:
     # A size that depends on data (an unbacked symbol) may be 0: counted as reaching, an over-approximation.
     if guard_or_false(tensor.numel() == 0):
         return start, start
-    return start, start + 1 + sum(
-        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
-    )
+    return start, span_end(tensor.shape, tensor.stride(), start)
 
 
 def expanded_dims(shape: Sequence[int], stride: Sequence[int]) -> list[int]:

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from meta.storage import storage_extent
+from meta.symbolic import span_end
 from meta.versions import uncounted
 
 __all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "base_as_strided_onto", "history_taken_again"]
@@ -117,5 +118,5 @@ class _RecordedAsStrided(torch.autograd.Function):
 def _reach(geometry: tuple[Any, Any, Any]) -> int:
     """The end of the storage interval a tensor of ``geometry`` (size, stride, offset) spans, in elements."""
     size, stride, offset = geometry
-    end: int = offset if 0 in size else offset + 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    end: int = offset if 0 in size else span_end(size, stride, offset)
     return end

@@ -174,10 +174,15 @@ def symbolic_geometry(tensor: torch.Tensor) -> Geometry | None:
     return None if inputs is None else inputs.geometry.get(id(tensor))
 
 
+def span_end(size: Sequence[Any], stride: Sequence[Any], offset: Any) -> Any:
+    """One past the last storage element a non-empty tensor of this geometry reaches (symbolic sizes too)."""
+    return offset + 1 + sum((n - 1) * step for n, step in zip(size, stride, strict=True))
+
+
 def symbolic_fake(tensor: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """A fake with ``geometry`` on a storage of its own, just large enough (inside a fake mode)."""
     sizes, strides, offset = geometry
-    extent = offset + 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+    extent = span_end(sizes, strides, offset)
     storage = torch.empty(extent * tensor.element_size(), dtype=torch.uint8, device=tensor.device)
     return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
         storage.untyped_storage(), offset, sizes, strides
@@ -273,8 +278,7 @@ def _reach(info: Any, tensor: torch.Tensor, inputs: SymbolicInputs) -> Any:
     if geometry is not None:
         from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-        sizes, strides, offset = geometry
-        extent = offset + 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+        extent = span_end(*geometry)
         if statically_known_true(reach <= extent * tensor.element_size()):
             return dataclasses.replace(info, storage_reach=0)
     return dataclasses.replace(info, storage_reach=int(reach))
