@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Never
 
@@ -225,10 +226,7 @@ def collect_meta(
         root = recorder.chain_to_root(out, lambda t: id(t) in input_position)[0]
         if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
             after_set.add(id(out))
-    storage_set_to = [
-        _new_storage(fake, key, initial_storages, [None if id(o) in after_set else o for o in outs])
-        for fake, (key, _) in zip(fakes, initial_storages, strict=True)
-    ]
+    storage_set_to = _new_storages(fakes, initial_storages, [None if id(o) in after_set else o for o in outs])
     input_info = tuple(
         _input_info(
             name,
@@ -704,24 +702,31 @@ def _from_moved_geometry(
     return (first, *chain[1:])
 
 
-def _new_storage(
-    fake: torch.Tensor,
-    initial_key: int,
+def _new_storages(
+    fakes: Sequence[torch.Tensor],
     initial_storages: Sequence[tuple[int, tuple[int, int]]],
     outs: Sequence[torch.Tensor | None],
-) -> tuple[str, int] | None:
-    """Where ``set_()`` moved an input: another input's storage, an output's, or one made inside."""
-    key = storage_key(fake)
-    if key == initial_key:
-        return None
-    for j, (other_key, _) in enumerate(initial_storages):
-        if other_key == key:
-            return ("input", j)
-    for k, out in enumerate(outs):
-        # Not the input itself (it is returned as is, wherever its storage went).
-        if isinstance(out, torch.Tensor) and out is not fake and storage_key(out) == key:
-            return ("output", k)
-    return ("fresh", -1)
+) -> list[tuple[str, int] | None]:
+    """Where ``set_()`` moved each input: another input's storage, an output's, the one the function made that
+    an earlier input was moved onto too (they share it after the call, as eager's), or one made inside."""
+    fake_ids = {id(fake) for fake in fakes}
+    found: list[tuple[str, int] | None] = []
+    for fake, (initial_key, _) in zip(fakes, initial_storages, strict=True):
+        key = storage_key(fake)
+        inputs = (("input", j) for j, (other_key, _) in enumerate(initial_storages) if other_key == key)
+        # Not an input returned (itself, or another one that moved: its memory is found as that input's).
+        outputs = (
+            ("output", k)
+            for k, out in enumerate(outs)
+            if isinstance(out, torch.Tensor) and id(out) not in fake_ids and storage_key(out) == key
+        )
+        moved_with = (
+            ("moved_with", j)
+            for j, other in enumerate(fakes[: len(found)])
+            if found[j] == ("fresh", -1) and storage_key(other) == key
+        )
+        found.append(None if key == initial_key else next(itertools.chain(inputs, outputs, moved_with), ("fresh", -1)))
+    return found
 
 
 def _sources_as_offsets(

@@ -201,7 +201,8 @@ class InputAliasInfo:
     # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
     sets_requires_grad: bool = False
     # ``set_()`` gave the input another storage: ("input", j) that of input j, ("output", k) that of
-    # output k, ("fresh", -1) one the function made (its final value is returned by the graph);
+    # output k, ("fresh", -1) one the function made (its final value is returned by the graph), ("moved_with", j)
+    # the one the function made that input j (an earlier one, "fresh") was set_() onto too;
     # ``final_metadata`` then holds the absolute offset in that storage.
     storage_set_to: tuple[str, int] | None = None
     # With ``storage_set_to == ("fresh", -1)``: that storage's size in bytes. The graph returns all of it

@@ -125,6 +125,69 @@ def test_set_source_moved_later(name, mode):
     check_in_mode(*SOURCE_MOVED_LATER[name], mode)
 
 
+# Class 3 (program 6107 of seed 20): inputs set_() onto one storage the function made (a clone, say): after the
+# call they share it, as eager's do, not each a copy of its own.
+class _DoubledInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _onto_clone_then_other_onto_it(a0, a1):
+    a1.set_(a0.clone())
+    v0 = _DoubledInPlace.apply(a0)
+    v1 = a1.detach()
+    v0.set_(v1.detach())
+    return (a0, sum(t.real.sum() for t in (a0, a1, v0, v1, a1.clone())))
+
+
+def _both_onto_made_then_written(a0, a1):
+    with torch.no_grad():
+        a1.set_(a0.detach().clone())
+        a0.set_(a1[1:3])
+    a1.detach().add_(1)
+    return (a1, a0 * 2)
+
+
+def _both_into_one_made_tensor(a0, a1):
+    with torch.no_grad():
+        made = torch.zeros(30)
+        a0.set_(made[:24].view(4, 6))
+        a1.set_(made[6:].view(4, 6))
+        made.add_(1)
+    return (a0 + a1, a1)
+
+
+def _overlapping_rows():
+    s0 = torch.randn(37, generator=_gen())
+    return (s0[0:24].view(4, 6), s0[13:37].view(4, 6))
+
+
+def _leaves(*shapes):
+    return lambda: tuple(torch.randn(*shape, generator=_gen()).requires_grad_() for shape in shapes)
+
+
+SET_ONTO_ONE_MADE_STORAGE = {
+    "onto_clone_then_other_onto_it": (_onto_clone_then_other_onto_it, _overlapping_rows),
+    "both_onto_made_then_written": (_both_onto_made_then_written, _plain((4, 6), (4, 6))),
+    "both_onto_made_then_written_leaves": (_both_onto_made_then_written, _leaves((4, 6), (4, 6))),
+    "both_into_one_made_tensor": (_both_into_one_made_tensor, _overlapping_rows),
+    "both_into_one_made_tensor_leaves": (_both_into_one_made_tensor, _leaves((4, 6), (4, 6))),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_ONE_MADE_STORAGE))
+def test_set_onto_one_made_storage(name, mode):
+    check_in_mode(*SET_ONTO_ONE_MADE_STORAGE[name], mode)
+
+
 # Class 27: an input needing no grad that the function makes a leaf (requires_grad_()) is a leaf of its own in
 # eager, not a view of the caller's memory: a view of it (of another dtype too) whose memory is written after a
 # set_() takes its history again from that leaf.

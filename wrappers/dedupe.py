@@ -43,9 +43,10 @@ class Dedupe:
             return flat_fn(*(args[inner] for inner in positions))
 
         def renumbered_input(info: InputAliasInfo) -> InputAliasInfo:
-            if info.storage_set_to is None or info.storage_set_to[0] != "input":
+            if info.storage_set_to is None or info.storage_set_to[0] not in ("input", "moved_with"):
                 return info
-            return dataclasses.replace(info, storage_set_to=("input", to_inner[UserArg(info.storage_set_to[1])]))
+            kind, index = info.storage_set_to
+            return dataclasses.replace(info, storage_set_to=(kind, to_inner[UserArg(index)]))
 
         # The meta of a stage indexes that stage's own arguments.
         inner_meta = meta.below(

@@ -323,7 +323,8 @@ class MetadataMutation:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
             targets, geometries, before = entered
             num_kept, num_fresh = len(split.kept), len(fresh)
-            new_storages = dict(zip(fresh, inner_outs[num_kept : num_kept + num_fresh], strict=True))
+            wholes = inner_outs[num_kept : num_kept + num_fresh]
+            new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
             histories = dict(zip(kept_history, inner_outs[num_kept + num_fresh :], strict=True))
             inner_outs = inner_outs[:num_kept]
 
@@ -340,7 +341,7 @@ class MetadataMutation:
                 assert geometry is not None
                 size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
-                    storage = _storage_of(new_storages[arg_idx]) if source is None else source.untyped_storage()
+                    storage = source.untyped_storage() if source is not None else new_storages[_made_for(info, arg_idx)]
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
@@ -452,6 +453,13 @@ def _set_source(info: InputAliasInfo, args: list[torch.Tensor], outs: list[Any])
     kind, index = info.storage_set_to
     alias: torch.Tensor = torch.ops.aten.alias.default(args[index] if kind == "input" else outs[index])
     return alias
+
+
+def _made_for(info: InputAliasInfo, arg_idx: DedupedArg) -> DedupedArg:
+    """The input whose storage made inside (returned by the graph) ``info``'s input is set_() onto."""
+    assert info.storage_set_to is not None
+    kind, index = info.storage_set_to
+    return DedupedArg(index) if kind == "moved_with" else arg_idx
 
 
 def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
