@@ -274,6 +274,8 @@ def collect_meta(
     intermediate_bases: list[OutputAliasInfo[Never, Never]] = []
     base_of_root: dict[int, IntermediateBase] = {}
     grown = _grown_intermediate_storages(recorder, outs)
+    # The step keys of each output's chain (the objects its replay goes through).
+    chain_keys = [{step.key for step in recorder.chain_to_root(o, lambda t: id(t) in input_position)[1]} for o in outs]
     base_of_storage: dict[int, IntermediateBase] = {}
     grown_roots: dict[int, int] = {}  # id(root tensor on a grown storage) -> its number
     for out_idx, out in enumerate(outs):
@@ -334,9 +336,17 @@ def collect_meta(
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_intermediate=base_k, view_chain=chain))
             continue
         root, chain, root_geometry = recorder.chain_to_root(out, lambda t: id(t) in input_position)
-        # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before.
+        # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before;
+        # but the object other outputs are views of is replayed and moved itself, after them (their _base).
         set_onto = out._base is None and storage_key(out) in input_storage
         set_onto = set_onto and any(step.op in _SET_TWINS for step in chain)
+        if set_onto and id(root) in input_position and _viewed_before_move(chain, out_idx, chain_keys):
+            replayable = not _holds_traced_tensor(_sources_as_offsets(chain, root, root_geometry))
+            # (Not moved with a history, by a set_() autograd may have recorded, which no replay knows of.)
+            if replayable and (not out.requires_grad or is_leaf_safely(out)):
+                set_onto = False
+            elif not flat_args[input_position[id(root)]].is_inference():  # (whose views have no _base)
+                _refuse_moved_after_views(out_idx, _memory_of(out, input_storage, names))
         if not chain or set_onto:
             if storage_key(out) in input_storage:
                 # An alias of an input made by an op that is not a view op: rebuild it by strides.
@@ -389,6 +399,14 @@ def collect_meta(
             # A view of an intermediate set_() onto another tensor the function made: no replay has that memory.
             # Its _base is a tensor the caller never gets: the graph computes its value, returned as a view.
             _refuse_shared_set_source(out, outs, out_idx)
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
+            continue
+        if storage_key(root) != storage_key(out):
+            # A view of an intermediate set_() onto other memory since: the graph's final value of it is not the
+            # memory the view sits on. The graph computes the view; eager's _base is a tensor the caller never
+            # gets, or none (made under inference mode); a returned one the compiled call cannot make its base.
+            if id(root) in first_position and not CALLER_IN_INFERENCE_MODE.get():
+                _refuse_moved_after_views(first_position[id(root)], _memory_of(root, input_storage, names))
             output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
             continue
         # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
@@ -762,6 +780,29 @@ def _sources_as_offsets(
         geometry = (tuple(source.shape), tuple(source.stride()), delta)
         steps[i] = dataclasses.replace(step, op=set_within, args=geometry, kwargs=())
     return tuple(steps)
+
+
+def _viewed_before_move(chain: tuple[ViewStep, ...], out_idx: int, chain_keys: Sequence[set[int]]) -> bool:
+    """Whether the object ``chain`` moves in place at its end (its last steps, in place) is one another
+    output's chain goes through too (a view of it taken before the move, whose ``_base`` it stays)."""
+    made = [step for step in chain if not step.in_place]
+    return bool(made) and any(made[-1].key in keys for j, keys in enumerate(chain_keys) if j != out_idx)
+
+
+def _memory_of(tensor: torch.Tensor, input_storage: dict[int, UserArg], names: Sequence[str]) -> str:
+    """Whose memory ``tensor`` sits on, in words: an input's, or one the function made."""
+    position = input_storage.get(storage_key(tensor))
+    return "a tensor the function made" if position is None else f"input {position} ({names[position]})"
+
+
+def _refuse_moved_after_views(out_idx: int, memory: str) -> None:
+    """Refuse an output set_() onto an input's memory after other outputs were taken as views of it, where the
+    set_() cannot be replayed on that object (its source is another tensor's memory, or it moves a history)."""
+    raise UnsupportedMutationError(
+        f"aten.set_.source_Tensor: output {out_idx} was set_() onto the memory of {memory} (argument source) after "
+        "other outputs were taken as views of it: eager's keep it as their _base, which the compiled function "
+        "cannot rebuild; return a clone() of one"
+    )
 
 
 def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> None:

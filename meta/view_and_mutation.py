@@ -83,23 +83,32 @@ class ViewStep:
     # Some arguments are sizes of the call (``meta.symbolic.RuntimeSize``), traced symbolic.
     runtime_sizes: bool = False
 
-    def replay(self, tensor: torch.Tensor) -> torch.Tensor:
+    def replay(self, tensor: torch.Tensor, own: bool = False) -> torch.Tensor:
+        """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
+        which an in-place ``set_()`` moves itself, as eager's moved its object (views taken of it before keep it
+        as their ``_base``)."""
         args, kwargs, from_geometry = self.args, dict(self.kwargs), self.from_geometry
         if self.runtime_sizes:
             args, kwargs = resolve_sizes(args), {k: resolve_sizes(v) for k, v in kwargs.items()}
             from_geometry = resolve_sizes(from_geometry)
-        if self.in_place and tensor._base is None and not tensor.requires_grad:
+        if self.in_place and not own and tensor._base is None and not tensor.requires_grad:
             # Eager changed a tensor of its own in place (no view, needing no grad): so does the replay, on an
             # alias of ``tensor`` with a version counter of its own, leaving ``tensor`` (which may share the
             # caller's counter, or be the base of other outputs) as it is.
             tensor = own_alias(tensor)
-        with torch.set_grad_enabled(self.grad_enabled):
+        grad_enabled = self.grad_enabled
+        counted: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if own and self.in_place:
+            # The counter a moved object shares is the caller's, set to eager's by the layer that counts it; a
+            # leaf requiring grad was moved under no_grad (eager refuses it otherwise).
+            counted, grad_enabled = uncounted(tensor), grad_enabled and not (tensor.requires_grad and tensor.is_leaf)
+        with torch.set_grad_enabled(grad_enabled), counted:
             if from_geometry is not None:
                 size, stride, relative_offset = from_geometry
                 tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
-        if self.in_place and tensor._base is None and not result.requires_grad:
+        if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
             result = own_alias(result, counted=True)  # (an out-of-place view op standing for the change)
         if self.requires_grad_set and result.is_leaf and not result.requires_grad:
             result.requires_grad_()
@@ -137,13 +146,13 @@ def replay_views(
     view is taken, to where eager's was when eager took it: autograd then judges
     later writes to it (and views taken under ``no_grad``) as it did in eager.
     """
-    for step in chain:
+    for position, step in enumerate(chain):
         if made is not None and step.key in made:
             tensor = made[step.key]
             continue
         if version_before_call is not None and step.version >= 0 and not tensor.is_inference():
             torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version,))
-        tensor = step.replay(tensor)
+        tensor = step.replay(tensor, own=position > 0)
         if made is not None and step.key >= 0:
             made[step.key] = tensor
     return tensor

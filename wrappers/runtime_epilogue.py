@@ -332,7 +332,8 @@ def _plan(
     write-back, the write-back, then the outputs tied to inputs, other outputs and intermediates."""
     steps: list[_Step] = []
     infos = meta.output_info
-    for out_idx, info in enumerate(infos):
+    for out_idx in _replay_order(infos):
+        info = infos[out_idx]
         if info.output_type == OutputType.NON_ALIAS:
             steps.append(_Step("graph", out_idx, out_to_graph[BaseOut(out_idx)], flag=info.hidden_view, info=info))
         elif info.replay_before_write_back:
@@ -343,7 +344,8 @@ def _plan(
         pairs = tuple((int(arg), int(graph_out)) for arg, graph_out, _ in writes)
         steps.append(_Step("write_back", writes=pairs, write_infos=tuple(info for _, _, info in writes)))
         steps.append(_Step("finish", counters=counters))
-    for out_idx, info in enumerate(infos):
+    for out_idx in _replay_order(infos):
+        info = infos[out_idx]
         kind, alias = info.output_type, info.computed_alias
         if alias is not None:
             chain = alias.view_chain
@@ -371,6 +373,23 @@ def _plan(
             graph_out = base_to_graph[info.base_intermediate]
             steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf))
     return _Plan(counters, tuple(infos), tuple(steps))
+
+
+def _replay_order(infos: tuple[OutputAliasInfo[Any, Any], ...]) -> list[int]:
+    """The outputs in the order their views are replayed: as listed, unless a chain moves an object the replay
+    made in place (``set_()``). Then in eager's order, by the path of (in place, step) of each chain: where two
+    chains part, the one moving the object goes after the one taking a view of it before the move; a repeated
+    output after all."""
+    if not any(step.in_place for info in infos for step in info.view_chain[1:]):
+        return list(range(len(infos)))
+
+    def path(out_idx: int) -> tuple[Any, ...]:
+        info = infos[out_idx]
+        if info.output_type == OutputType.IS_OUTPUT:
+            return (1,)
+        return (0, *((step.in_place, step.key) for step in info.view_chain))
+
+    return sorted(range(len(infos)), key=path)
 
 
 def _as_root(base: torch.Tensor) -> torch.Tensor:
