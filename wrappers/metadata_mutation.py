@@ -25,9 +25,10 @@ call; the function gets an untracked alias of it, and after its
 ``requires_grad_()`` every op reads a view of the input instead, so uses before
 stay untracked and uses after reach the input's ``.grad``, as in eager.
 
-An input ``set_()`` under no_grad after a geometry change autograd recorded keeps the history that change gave
-it: the graph also returns the input as it ends, whose history the caller's tensor adopts once set_() onto
-its new memory.
+An input ``set_()`` under no_grad keeps its history, as a geometry change autograd recorded before left it
+and as in-place ops after extend it: the function gets an alias of it that is no view (autograd would take a
+write through a view as one into the input below), the graph also returns the input as it ends, and the
+caller's tensor, set_() onto its new memory, adopts that history.
 
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
@@ -167,6 +168,8 @@ class MetadataMutation:
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
         # Told by the caller's tensors: the trace's primals are no views even where the caller's are.
         no_views = frozenset(arg_idx for arg_idx in mutated if outer.args[arg_idx]._base is None)
+        # Of those, inputs set_() under no_grad that carry a history: the function gets no view of the input.
+        set_with_history = frozenset(i for i in no_views if _set_keeping_own_history(meta.input_info[i]))
         inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -175,7 +178,11 @@ class MetadataMutation:
             args, bases = all_args[:num_inputs], all_args[num_inputs : num_inputs + len(moved)]
             working = list(args)
             for arg_idx in mutated:
-                working[arg_idx] = _alias_as_made(args[arg_idx], arg_idx in no_views)
+                working[arg_idx] = (
+                    _history_alias(args[arg_idx])
+                    if arg_idx in set_with_history
+                    else _alias_as_made(args[arg_idx], arg_idx in no_views)
+                )
             for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
             for arg_idx in restrided:
@@ -483,6 +490,20 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     return alias
 
 
+def _set_keeping_own_history(info: InputAliasInfo) -> bool:
+    """A non-leaf requiring grad ``set_()`` under no_grad: eager's keeps its history, which in-place ops after
+    extend (a write in grad mode), as they do no other tensor's. A view of the input standing for it would have
+    autograd take them as writes into the input below, whose gradient is then read after them."""
+    return info.storage_set_to is not None and not info.set_recorded and info.requires_grad and not info.is_leaf
+
+
+def _history_alias(arg: torch.Tensor) -> torch.Tensor:
+    """An alias of ``arg`` (no view, no leaf) whose gradient goes to ``arg``: its in-place ops are its own."""
+    with torch.enable_grad():
+        alias: torch.Tensor = GradientTo.apply(arg, arg)  # type: ignore[no-untyped-call]
+    return alias
+
+
 def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
     """``info`` as the layers below see the input: this layer makes its geometry changes, set_()s and moves."""
     return dataclasses.replace(
@@ -652,18 +673,10 @@ def _storage_of(whole: torch.Tensor) -> torch.UntypedStorage:
 
 
 def _history_kept_by_set(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """An input requiring grad (no view, no leaf) whose geometry a change autograd recorded moved, then set_()
-    under no_grad: eager's set_() keeps the history, in the geometry that change left, which the caller's tensor,
-    never changed in place by the call, lacks."""
-    recorded_change = not info.metadata_mutations_under_no_grad and not info.set_recorded
-    return (
-        info.storage_set_to is not None
-        and recorded_change
-        and info.requires_grad
-        and not info.is_leaf
-        and arg._base is None
-        and torch.is_grad_enabled()
-    )
+    """An input requiring grad (no view, no leaf) set_() under no_grad, in grad mode: eager's set_() keeps its
+    history, as a geometry change autograd recorded before left it and as in-place ops recorded after extend
+    it, which the caller's tensor, never changed in place by the call, lacks."""
+    return _set_keeping_own_history(info) and arg._base is None and torch.is_grad_enabled()
 
 
 def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: bool = False) -> bool:

@@ -84,6 +84,15 @@ def _distinct(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
     return distinct
 
 
+def _as_called(saved: Sequence[Any], primals: Sequence[int]) -> list[Any]:
+    """``saved`` with the primals at ``primals`` as aliases: the backward graph reads them in the geometry the
+    call had, and a layer above may restride the caller's tensor in place after it (eager's ``t_()``)."""
+    saved = list(saved)
+    for k in primals:
+        saved[k] = saved[k].detach()
+    return saved
+
+
 def _saveable(saved: Sequence[Any]) -> Sequence[Any]:
     """What the compiled forward saves. Recorded under the caller's inference mode (an autograd.Function in
     an ``enable_grad`` region), inference tensors among them are copied outside it: autograd refuses to
@@ -201,6 +210,7 @@ def make_training_runtime(
     meta: ViewAndMutationMeta[GraphArg, GraphOut],
     backward_writes: Sequence[int] = (),
     higher_order: HigherOrder | None = None,
+    saved_primals: Sequence[int] = (),
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -212,6 +222,7 @@ def make_training_runtime(
             autograd.Function's backward wrote in place; the backward returns their new values
             after the gradients, and they are copied into the tensors passed there.
         higher_order: how the backward runs with grad mode on; None: as with it off.
+        saved_primals: the positions among the saved values where the forward saves a primal itself.
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
@@ -240,7 +251,7 @@ def make_training_runtime(
                 args = args[:-1]
             results = forward(list(args))
             outputs, saved = _distinct(fresh_outputs(results[:num_outputs], args), args), results[num_outputs:]
-            saved = _saveable(saved)
+            saved = _saveable(_as_called(saved, saved_primals) if saved_primals else saved)
             lifetime: list[torch.Tensor] = []
             if higher_order is not None:
                 # Held, not saved: the first-order backward does not read them, so it checks no versions. They
@@ -258,8 +269,9 @@ def make_training_runtime(
                 ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, _TENSOR_OR_NONE)]
                 ctx.save_for_backward(*(v for v in saved if isinstance(v, _TENSOR_OR_NONE)), *lifetime)
             # Held, not saved: eager checks the versions of what the Function saved, and the compiled
-            # forward saves those; these are only where the backward's writes land.
-            ctx.written_primals = [args[p] for p in written_primals] if written_primals else ()
+            # forward saves those; these are only where the backward's writes land. Aliases in the geometry
+            # the graph wrote them in: a layer above may restride the caller's tensor in place after the call.
+            ctx.written_primals = [args[p].detach() for p in written_primals] if written_primals else ()
             if non_differentiable:
                 ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
             return tuple(outputs)

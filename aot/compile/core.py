@@ -31,6 +31,7 @@ from aot.compile.higher_order import (
     plan_higher_order,
 )
 from aot.compile.input_writes import keep_input_writes
+from aot.compile.partition import saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
@@ -182,8 +183,11 @@ def runtime_from_graphs(
             return compiled
 
         higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm, compile_function)
+        # Primals the forward saves as they are: the runtime saves aliases in the call's geometry.
+        saved = saved_values(forward_gm, len(meta.output_info))
+        saved_primals = [k for k, node in enumerate(saved) if isinstance(node, fx.Node) and node.op == "placeholder"]
         return make_training_runtime(
-            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order
+            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order, saved_primals
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
