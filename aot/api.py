@@ -39,7 +39,7 @@ from aot.compile.policy import ActivationPolicy, PolicyPartition
 from aot.compile.trace import trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import DataDependentError, UnsupportedInputError
-from aot.hooks import call_with_hooks, hook_tables, refusing_hooks
+from aot.hooks import call_with_hooks, has_own_hooks, hook_tables, refusing_hooks
 from aot.signature import input_signature
 from aot.symbolic_sizes import dynamic_dims_of, sizes_read_from_tensors, symbolic_examples
 from aot.wrapped_scalars import scalar_inputs, specialized
@@ -125,6 +125,12 @@ class _CallingConvention:
         return tree_unflatten(out_leaves, spec)
 
 
+# Leaf position -> the dimensions traced as symbols (``meta.symbolic``).
+_Dims = dict[int, frozenset[int]]
+# What a compile gives: the entry, and how a call of its signature maps to the entry's flat tensors.
+_Compiled = tuple[CompiledEntry, _CallingConvention]
+
+
 @contextlib.contextmanager
 def _reseeded(reseed: tuple[int, bool] | None) -> Iterator[None]:
     """Seed torch's global generator as the function does before its draws, and put the caller's state back
@@ -167,10 +173,10 @@ class AOTFunction:
         # Modules the traces called, and their hook dicts: a hook added to one later must be refused, not dropped.
         self._called_modules: list[torch.nn.Module] = []
         self._hook_tables: list[dict[int, Any]] = []
-        self._cache: dict[Hashable, tuple[CompiledEntry, _CallingConvention]] = {}
+        self._cache: dict[Hashable, _Compiled] = {}
         # Entries with symbolic sizes: under a signature that leaves the sizes out, each with its guard.
-        self._dynamic_entries: dict[Hashable, list[tuple[Guard, list[int], CompiledEntry, _CallingConvention]]] = {}
-        self._named_dims: dict[Hashable, dict[int, frozenset[int]]] = {}
+        self._dynamic_entries: dict[Hashable, list[tuple[Guard, list[int], _Compiled]]] = {}
+        self._named_dims: dict[Hashable, _Dims] = {}
         self._lock = threading.Lock()
         # The guarded generated call of the entry used last, tried first (``aot.runtime_code``); by key.
         self._fast: Callable[[tuple[Any, ...]], Any] | None = None
@@ -185,7 +191,7 @@ class AOTFunction:
 
     @property
     def entries(self) -> list[CompiledEntry]:
-        dynamic = [entry for found in self._dynamic_entries.values() for _, _, entry, _ in found]
+        dynamic = [entry for found in self._dynamic_entries.values() for _, _, (entry, _) in found]
         return [entry for entry, _ in self._cache.values()] + dynamic
 
     def report(self) -> str:
@@ -273,14 +279,14 @@ class AOTFunction:
 
     def _dynamic_dims(
         self, leaves: Sequence[Any], structure: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> dict[int, frozenset[int]]:
+    ) -> _Dims:
         """Leaf position -> the dimensions traced as symbols (``meta.symbolic``); empty: static shapes.
 
         ``dynamic=True``: every dimension of every tensor but the parameters and buffers;
         ``dynamic_dims``: the named ones; and the ones ``torch._dynamo.mark_dynamic`` marked.
         """
         config = self.config
-        dims: dict[int, frozenset[int]] = {}
+        dims: _Dims = {}
         if config.dynamic:
             static = config.num_params_buffers
             for position, leaf in enumerate(leaves):
@@ -297,9 +303,9 @@ class AOTFunction:
                 dims[position] = dims.get(position, frozenset()) | frozenset(marked)
         return dims
 
-    def _resolve_dims(self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> dict[int, frozenset[int]]:
+    def _resolve_dims(self, args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> _Dims:
         names = self._names(args, kwargs)
-        resolved: dict[int, frozenset[int]] = {}
+        resolved: _Dims = {}
         for name, dims in self.config.dynamic_dims:
             if isinstance(name, int):
                 position = name if name >= 0 else count + name
@@ -312,11 +318,11 @@ class AOTFunction:
             resolved[position] = resolved.get(position, frozenset()) | frozenset(dims)
         return resolved
 
-    def _guarded(self, key: Hashable, leaves: Sequence[Any]) -> tuple[CompiledEntry, _CallingConvention] | None:
+    def _guarded(self, key: Hashable, leaves: Sequence[Any]) -> _Compiled | None:
         """The first entry compiled under ``key`` whose guard the call's sizes satisfy."""
-        for guard, positions, entry, convention in self._dynamic_entries.get(key, ()):
+        for guard, positions, found in self._dynamic_entries.get(key, ()):
             if guard([leaves[p] for p in positions]):
-                return entry, convention
+                return found
         return None
 
     def _names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
@@ -377,12 +383,8 @@ class AOTFunction:
         return Stage(flat_fn, tensors, meta), convention
 
     def _compile_outside_inference_mode(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: Hashable,
-        dynamic: Mapping[int, frozenset[int]] | None = None,
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, dynamic: _Dims | None = None
+    ) -> _Compiled:
         """Compile; under ``inference_mode``, trace with autograd off but outside it.
 
         Inference tensors have no version counter, which meta collection reads to see
@@ -403,12 +405,8 @@ class AOTFunction:
                 CALLER_IN_INFERENCE_MODE.reset(token)
 
     def _compile(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: Hashable,
-        dynamic: Mapping[int, frozenset[int]] | None = None,
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, dynamic: _Dims | None = None
+    ) -> _Compiled:
         if dynamic:
             return self._compile_symbolic(args, kwargs, key, dynamic)
         if symbolic.current() is None:
@@ -420,9 +418,7 @@ class AOTFunction:
                 return self._compile_unbacked(args, kwargs, key)
         return self._compile_traced(args, kwargs, key)
 
-    def _compile_unbacked(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+    def _compile_unbacked(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable) -> _Compiled:
         """Compile static shapes on a shape environment: data-dependent sizes become unbacked symbols.
 
         Every input size is a constant (the key holds them all), so no guard is needed beyond the key's.
@@ -433,9 +429,7 @@ class AOTFunction:
         keys.remember_trace(self.fn, self.config, key, found)
         return found
 
-    def _compile_traced(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+    def _compile_traced(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable) -> _Compiled:
         reused = keys.reuse_trace(self.fn, self.config, key)
         if reused is not None:
             self._cache[key] = reused
@@ -453,7 +447,7 @@ class AOTFunction:
         )
         loaded = entries.load(directory, stored_key) if directory and stored_key else None
 
-        def build() -> tuple[CompiledEntry, _CallingConvention]:
+        def build() -> _Compiled:
             if loaded is not None:
                 return self._restore(leaves, *loaded)
             stage, convention = self._flat(args, kwargs, leaves, spec)
@@ -495,8 +489,8 @@ class AOTFunction:
         return entry, convention
 
     def _compile_symbolic(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, dynamic: Mapping[int, frozenset[int]]
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, dynamic: _Dims
+    ) -> _Compiled:
         """Compile with the ``dynamic`` dimensions as symbols; the entry serves every call its guard admits."""
         leaves, _ = tree_flatten((args, kwargs))
         specialized: set[int] = set()  # positions traced with constant sizes (``symbolic.SharedMemoryWritten``)
@@ -517,12 +511,12 @@ class AOTFunction:
         entry.extra["guard"] = guard
         entry.dynamic_positions = tuple(positions)
         guarded = positions + sorted(specialized)
-        self._dynamic_entries.setdefault(key, []).append((guard, guarded, entry, convention))
+        self._dynamic_entries.setdefault(key, []).append((guard, guarded, (entry, convention)))
         return entry, convention
 
     def _restore(
         self, leaves: list[Any], meta: Any, convention: _CallingConvention, graphs: dict[str, fx.GraphModule | None]
-    ) -> tuple[CompiledEntry, _CallingConvention]:
+    ) -> _Compiled:
         """A compiled entry from a stored one: the layers rebuild their runtimes, nothing is traced."""
         entry = CompiledEntry(meta=meta, forward=graphs["forward"], backward=graphs["backward"])
         entry.inference = graphs["inference"]
@@ -787,9 +781,8 @@ class AOTModule(torch.nn.Module):
         if self._lazy:
             self._initialize_lazy(args, kwargs)
         module = self._module  # not ``orig_module``: a submodule's lookup goes through nn.Module.__getattr__
-        hooked = module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
         fast = self._compiled._fast
-        if fast is None or kwargs or hooked or module._backward_pre_hooks:
+        if fast is None or kwargs or has_own_hooks(module):
             return call_with_hooks(module, self._call_compiled, args, kwargs)
         # The hot case, as ``_call_compiled`` then ``AOTFunction.__call__`` would run it: the last entry's guarded
         # call (a parameter set to None fails its guard: the full path below says so).

@@ -1,27 +1,4 @@
-"""Exception classes of aotfx, each subclassing the builtin a caller would catch."""
+"""Exception classes of aotfx, each subclassing the builtin a caller would catch (``meta.errors`` defines them)."""
 
-from meta.errors import (
-    AOTError,
-    BackendCompilerError,
-    DataDependentError,
-    DoubleBackwardError,
-    DynamicShapesUnsupportedError,
-    FakeKernelError,
-    UnsupportedHookError,
-    UnsupportedInputError,
-    UnsupportedMutationError,
-    UnsupportedOperatorError,
-)
-
-__all__ = [
-    "AOTError",
-    "BackendCompilerError",
-    "DataDependentError",
-    "DoubleBackwardError",
-    "DynamicShapesUnsupportedError",
-    "FakeKernelError",
-    "UnsupportedHookError",
-    "UnsupportedInputError",
-    "UnsupportedMutationError",
-    "UnsupportedOperatorError",
-]
+from meta.errors import *  # noqa: F403
+from meta.errors import __all__ as __all__

@@ -34,7 +34,7 @@ from torch.utils.hooks import BackwardHook
 
 from aot.errors import UnsupportedHookError
 
-__all__ = ["call_with_hooks", "hook_tables", "refusing_hooks"]
+__all__ = ["call_with_hooks", "has_own_hooks", "hook_tables", "refusing_hooks"]
 
 _ADVICE = (
     "Register it on the compiled module itself (aot_module(m) runs m's own hooks on the real tensors), "
@@ -58,19 +58,31 @@ def hook_name(hook: Any) -> str:
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
 
 
-def _own_hooks(module: torch.nn.Module) -> bool:
-    return bool(
-        module._forward_pre_hooks or module._forward_hooks or module._backward_hooks or module._backward_pre_hooks
-    )
+_KINDS = ("forward pre-hook", "forward hook", "backward hook", "backward pre-hook")
+
+
+def _module_tables(module: torch.nn.Module) -> list[dict[int, Any]]:
+    """A module's own hook dicts, in the order of ``_KINDS``."""
+    return [module._forward_pre_hooks, module._forward_hooks, module._backward_hooks, module._backward_pre_hooks]
+
+
+def _global_tables() -> list[dict[int, Any]]:
+    """The global module hook dicts, in the order of ``_KINDS``."""
+    return [
+        nn_module._global_forward_pre_hooks,
+        nn_module._global_forward_hooks,
+        nn_module._global_backward_hooks,
+        nn_module._global_backward_pre_hooks,
+    ]
+
+
+def has_own_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has hooks of its own (not the global ones)."""
+    return any(_module_tables(module))
 
 
 def _global_hooks() -> list[tuple[str, Any]]:
-    tables = (
-        ("forward pre-hook", nn_module._global_forward_pre_hooks),
-        ("forward hook", nn_module._global_forward_hooks),
-        ("backward hook", nn_module._global_backward_hooks),
-        ("backward pre-hook", nn_module._global_backward_pre_hooks),
-    )
+    tables = zip(_KINDS, _global_tables(), strict=True)
     return [(kind, hook) for kind, table in tables for hook in table.values() if not isinstance(hook, _Refuser)]
 
 
@@ -79,15 +91,7 @@ def hook_tables(modules: Iterable[torch.nn.Module]) -> list[dict[int, Any]]:
 
     A non-empty one means a hook was added since the trace: re-trace, to refuse it.
     """
-    tables = [
-        nn_module._global_forward_pre_hooks,
-        nn_module._global_forward_hooks,
-        nn_module._global_backward_hooks,
-        nn_module._global_backward_pre_hooks,
-    ]
-    for module in modules:
-        tables += [module._forward_pre_hooks, module._forward_hooks, module._backward_hooks, module._backward_pre_hooks]
-    return tables
+    return [*_global_tables(), *(table for module in modules for table in _module_tables(module))]
 
 
 def call_with_hooks(
@@ -100,7 +104,7 @@ def call_with_hooks(
     as eager). Global module hooks are not run here: they already ran around the
     compiled module's own call.
     """
-    if not _own_hooks(module):
+    if not has_own_hooks(module):
         return forward(*args, **kwargs)
     _refuse_untraceable(module)
     for hook_id, hook in list(module._forward_pre_hooks.items()):
@@ -184,12 +188,7 @@ class _Refuser:
         if id(module) not in self.seen:
             self.seen.add(id(module))
             self.called.append(module)
-        for kind, table in (
-            ("forward pre-hook", module._forward_pre_hooks),
-            ("forward hook", module._forward_hooks),
-            ("backward hook", module._backward_hooks),
-            ("backward pre-hook", module._backward_pre_hooks),
-        ):
+        for kind, table in zip(_KINDS, _module_tables(module), strict=True):
             for hook in table.values():
                 raise UnsupportedHookError(
                     f"{self.names(module)} has the {kind} {hook_name(hook)}, and it is called inside the compiled "

@@ -34,18 +34,12 @@ __all__ = ["ENV_VAR", "MISS", "entry_function", "interpreted"]
 
 ENV_VAR = "AOTFX_RUNTIME"
 MISS: Any = object()  # a guard's answer: not this entry
-_STATE = {"interpreted": os.environ.get(ENV_VAR, "generated") == "interpreted"}
+_INTERPRETED = os.environ.get(ENV_VAR, "generated") == "interpreted"
 
 
 def interpreted() -> bool:
-    """Whether entries compiled now run the interpreted reference (read once per compile, not per call)."""
-    return _STATE["interpreted"]
-
-
-def set_interpreted(value: bool) -> bool:
-    """Compile later entries with the interpreted (True) or generated (False) runtime; the previous setting."""
-    previous, _STATE["interpreted"] = _STATE["interpreted"], value
-    return previous
+    """Whether entries run the interpreted reference (``AOTFX_RUNTIME=interpreted``, read at import)."""
+    return _INTERPRETED
 
 
 def fast_path_applies(leaves: Sequence[Any]) -> bool:

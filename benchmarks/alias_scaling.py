@@ -11,8 +11,7 @@ not timed):
 Per graph it times the build (``AliasAnalysis(graph)``), a batch of queries
 (one ``location_of``, ``may_alias``, ``aliases_of`` and ``writes_to`` per 10
 nodes, in graph order; ``aliases_of`` only on ``mixed``, since its cost is the size of the
-answer and the chain's one alias class is the whole graph) and a batch of
-updates (one ``add_view`` and one ``replace_value`` per 100 nodes), and prints
+answer and the chain's one alias class is the whole graph), and prints
 each as milliseconds per 1k nodes: flat columns mean linear cost. Best of
 ``--repeat`` runs, garbage collector off while timing.
 
@@ -80,11 +79,10 @@ def chain_graph(num_nodes: int) -> fx.Graph:
     return graph
 
 
-def best_of(repeat: int, fn: Callable[[], object], setup: Callable[[], object] = lambda: None) -> float:
+def best_of(repeat: int, fn: Callable[[], object]) -> float:
     """The fastest of ``repeat`` timed calls, with the garbage collector off (as ``timeit`` does)."""
     best = float("inf")
     for _ in range(repeat):
-        setup()
         gc.disable()
         try:
             start = time.perf_counter()
@@ -95,8 +93,8 @@ def best_of(repeat: int, fn: Callable[[], object], setup: Callable[[], object] =
     return best
 
 
-def measure(graph: fx.Graph, repeat: int, with_aliases_of: bool) -> tuple[int, float, float, float]:
-    """(nodes, build s, queries s, updates s) for one graph."""
+def measure(graph: fx.Graph, repeat: int, with_aliases_of: bool) -> tuple[int, float, float]:
+    """(nodes, build s, queries s) for one graph."""
     nodes = list(graph.nodes)[:-1]
     rng = random.Random(1)
     # In graph order, as a pass asks; each pair spans a random distance.
@@ -116,29 +114,7 @@ def measure(graph: fx.Graph, repeat: int, with_aliases_of: bool) -> tuple[int, f
             analysis.may_alias(a, b)
 
     query = best_of(repeat, queries)
-
-    # Each round: a fresh analysis, then one add_view and one replace_value per 100 nodes (only those timed).
-    bases = [node for node in nodes[::100] if analysis.location_of(node)]
-
-    def detached(base: fx.Node, name: str) -> fx.Node:
-        # A node outside graph.nodes: the fresh analyses of later rounds do not see it.
-        return fx.Node(graph, name, "call_function", aten.alias.default, (base,), {})
-
-    views = [detached(base, f"view_{i}") for i, base in enumerate(bases)]
-    replacements = [detached(base, f"replacement_{i}") for i, base in enumerate(bases)]
-    state: dict[str, AliasAnalysis] = {}
-
-    def fresh() -> None:
-        state["analysis"] = AliasAnalysis(graph)
-
-    def updates() -> None:
-        target = state["analysis"]
-        for base, view, replacement in zip(bases, views, replacements, strict=True):
-            target.add_view(view, base)
-            target.replace_value(view, replacement)
-
-    update = best_of(repeat, updates, setup=fresh)
-    return len(nodes), build, query, update
+    return len(nodes), build, query
 
 
 def main() -> None:
@@ -146,16 +122,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'graph':<6} {'nodes':>8} {'build ms':>10} {'build/1k':>9} {'query/1k':>9} {'update/1k':>10}")
+    print(f"{'graph':<6} {'nodes':>8} {'build ms':>10} {'build/1k':>9} {'query/1k':>9}")
     for name, make in (("mixed", mixed_graph), ("chain", chain_graph)):
         for size in args.sizes:
             # The chain is one alias class of every node: aliases_of returns the whole graph there.
-            num_nodes, build, query, update = measure(make(size), args.repeat, with_aliases_of=name == "mixed")
+            num_nodes, build, query = measure(make(size), args.repeat, with_aliases_of=name == "mixed")
             per_1k = 1000 / num_nodes * 1e3  # seconds per graph -> ms per 1k nodes
-            print(
-                f"{name:<6} {num_nodes:>8} {build * 1e3:>10.1f} {build * per_1k:>9.3f} "
-                f"{query * per_1k:>9.3f} {update * per_1k:>10.3f}"
-            )
+            print(f"{name:<6} {num_nodes:>8} {build * 1e3:>10.1f} {build * per_1k:>9.3f} {query * per_1k:>9.3f}")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,6 @@ A node *writes* the locations of every argument its schema marks ``(a!)``,
 plus the arguments listed in ``UNANNOTATED_WRITES`` (ops that write without
 saying so). Metadata writes (``t_``, ``as_strided_`` ...) are writes too: tell
 them apart with ``torch.Tag.inplace_view``.
-
-Passes that rewrite the graph keep the analysis current with
-``replace_value`` and ``add_view`` instead of rebuilding it.
 """
 
 from __future__ import annotations
@@ -151,7 +148,6 @@ class AliasAnalysis:
         self._parents: dict[fx.Node, tuple[fx.Node, ...]] = {}
         # Multi-return ops: what each return points to, for the getitem that takes it.
         self._item_parents: dict[fx.Node, tuple[tuple[fx.Node, ...], ...]] = {}
-        self._children: dict[fx.Node, list[fx.Node]] = {}
         self._locations: dict[fx.Node, frozenset[fx.Node]] = {}
         # location -> the values reaching it (an insertion-ordered set).
         self._members: dict[fx.Node, dict[fx.Node, None]] = {}
@@ -194,8 +190,6 @@ class AliasAnalysis:
 
     def _add(self, node: fx.Node, parents: tuple[fx.Node, ...]) -> None:
         self._parents[node] = parents
-        for parent in parents:
-            self._children.setdefault(parent, []).append(node)
         if not parents:
             locations = frozenset((node,))
         else:
@@ -254,77 +248,3 @@ class AliasAnalysis:
     def is_written(self, value: fx.Node) -> bool:
         """Whether any node writes a location of ``value``."""
         return any(location in self._writers for location in self.location_of(value))
-
-    # ----------------------------------------------------------------- updates
-
-    def add_view(self, new: fx.Node, base: fx.Node) -> None:
-        """Record ``new``, a node a pass inserted, as a view of ``base``."""
-        if new in self._locations:
-            raise ValueError(f"add_view: {new.name} is already in the analysis")
-        if base not in self._locations:
-            raise ValueError(f"add_view: base {base.name} holds no tensor memory the analysis knows")
-        self._add(new, (base,))
-
-    def replace_value(self, old: fx.Node, new: fx.Node) -> None:
-        """Record that a pass replaced ``old`` by ``new``: ``new`` takes over its edges, locations and writes.
-
-        When ``old`` was itself a memory location, the location is renamed to
-        ``new`` in every value reaching it: the cost is the size of that alias
-        class, not of the graph.
-        """
-        if new in self._locations or new in self._written:
-            raise ValueError(f"replace_value: {new.name} is already in the analysis")
-        if old in self._locations:
-            self._move_value(old, new)
-        if old in self._members:
-            self._rename_location(old, new)
-        if old in self._written:
-            self._written[new] = self._written.pop(old)
-            for location in self._written[new]:
-                writers = self._writers[location]
-                writers[writers.index(old)] = new
-
-    def _move_value(self, old: fx.Node, new: fx.Node) -> None:
-        parents = self._parents.pop(old)
-        self._parents[new] = parents
-        for parent in parents:
-            siblings = self._children[parent]
-            siblings[siblings.index(old)] = new
-        if old in self._item_parents:
-            self._item_parents[new] = self._item_parents.pop(old)
-        children = self._children.pop(old, [])
-        if children:
-            self._children[new] = children
-        for child in children:
-            self._parents[child] = tuple(new if p is old else p for p in self._parents[child])
-            # A multi-return child lists ``old`` among its parents, so its per-return edges are found here.
-            if child in self._item_parents:
-                items = self._item_parents[child]
-                self._item_parents[child] = tuple(tuple(new if p is old else p for p in ps) for ps in items)
-        locations = self._locations.pop(old)
-        self._locations[new] = locations
-        for location in locations:
-            members = self._members[location]
-            del members[old]
-            members[new] = None
-
-    def _rename_location(self, old: fx.Node, new: fx.Node) -> None:
-        # id -> (the set, its renaming); holding the set keeps its id from being reused meanwhile.
-        renamed: dict[int, tuple[frozenset[fx.Node], frozenset[fx.Node]]] = {}
-
-        def rename(locations: frozenset[fx.Node]) -> frozenset[fx.Node]:
-            # Values sharing one set object keep sharing one renamed object.
-            key = id(locations)
-            if key not in renamed:
-                renamed[key] = (locations, frozenset(new if loc is old else loc for loc in locations))
-            return renamed[key][1]
-
-        members = self._members.pop(old)
-        self._members[new] = members
-        for value in members:
-            self._locations[value] = rename(self._locations[value])
-        writers = self._writers.pop(old, [])
-        if writers:
-            self._writers[new] = writers
-        for writer in writers:
-            self._written[writer] = rename(self._written[writer])

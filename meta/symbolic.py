@@ -244,7 +244,7 @@ def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
         for info, tensor in zip(meta.input_info, tensors, strict=True)
     )
 
-    def chain(steps: tuple[Any, ...], position: int) -> tuple[Any, ...]:
+    def chain(steps: tuple[Any, ...]) -> tuple[Any, ...]:
         rewritten = []
         for step in steps:
             if _has_symbol((step.args, step.kwargs, step.from_geometry)):
@@ -259,11 +259,11 @@ def with_runtime_sizes(meta: Any, tensors: Sequence[torch.Tensor]) -> Any:
         return tuple(rewritten)
 
     outputs = []
-    for position, out in enumerate(meta.output_info):
+    for out in meta.output_info:
         alias = out.computed_alias
         if alias is not None:
-            alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain, position))
-        outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain, position), computed_alias=alias))
+            alias = dataclasses.replace(alias, view_chain=chain(alias.view_chain))
+        outputs.append(dataclasses.replace(out, view_chain=chain(out.view_chain), computed_alias=alias))
     return dataclasses.replace(meta, input_info=input_info, output_info=tuple(outputs))
 
 

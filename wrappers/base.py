@@ -98,18 +98,11 @@ def _log_rewrite(layer: Layer, outer: Stage[Any, Any], inner: Stage[Any, Any]) -
         "outer_mutated": _mutated(outer.meta),
         "inner_mutated": _mutated(inner.meta),
     }
-    _log.debug(
-        "%s: args %d -> %d %s -> %s; outputs %d -> %d%s; mutated inputs %s -> %s",
-        fields["layer"],
-        len(fields["outer_args"]),
-        len(fields["inner_args"]),
-        fields["outer_args"],
-        fields["inner_args"],
-        fields["outer_outputs"],
-        fields["inner_outputs"],
-        f" (+{fields['inner_intermediate_bases']} intermediate bases)" if inner.meta.intermediate_bases else "",
-        fields["outer_mutated"] or "none",
-        fields["inner_mutated"] or "none",
+    f, bases = fields, len(inner.meta.intermediate_bases)
+    _log.debug(  # only built with the channel on (``_pre_compile_all``)
+        f"{f['layer']}: args {len(f['outer_args'])} -> {len(f['inner_args'])} {f['outer_args']} -> {f['inner_args']}; "
+        f"outputs {f['outer_outputs']} -> {f['inner_outputs']}{f' (+{bases} intermediate bases)' if bases else ''}; "
+        f"mutated inputs {f['outer_mutated'] or 'none'} -> {f['inner_mutated'] or 'none'}",
         extra={"aot": fields},
     )
 

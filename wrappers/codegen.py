@@ -21,6 +21,7 @@ import linecache
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -85,12 +86,9 @@ class Source:
         finally:
             self._indent -= 1
 
-    def text(self, name: str, params: str) -> str:
-        return "\n".join([f"def {name}({params}):", *self.lines]) + "\n"
-
     def build(self, name: str, params: str) -> tuple[Callable[..., Any], str]:
         """Compile the function; its source shows in tracebacks (``linecache``)."""
-        text = self.text(name, params)
+        text = "\n".join([f"def {name}({params}):", *self.lines]) + "\n"
         filename = f"<aotfx runtime {next(_serial)}>"
         linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
         namespace = dict(self.constants)
@@ -105,16 +103,13 @@ class Emitter(Protocol):
     def __call__(self, source: Source, args: str) -> str: ...
 
 
+@dataclass
 class Generated:
     """A runtime compiled from generated source; ``source`` is what a reader sees."""
 
-    def __init__(self, fn: Callable[[list[Any]], list[Any]], source: str, emit: Emitter) -> None:
-        self.fn = fn
-        self.source = source
-        self.emit = emit  # to emit the same call again, inside a bigger function
-
-    def __call__(self, args: list[Any]) -> list[Any]:
-        return self.fn(args)
+    fn: Callable[[list[Any]], list[Any]]
+    source: str
+    emit: Emitter  # to emit the same call again, inside a bigger function
 
 
 def attach(runtime: Callable[..., Any], emitter: Emitter) -> Callable[..., Any]:

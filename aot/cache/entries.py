@@ -67,17 +67,15 @@ def _reduce_op(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, str, str]]:
 
 def _spec(gm: fx.GraphModule) -> list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device] | None]:
     """Each placeholder's example as (size, stride, dtype, device): pickling a GraphModule drops node meta."""
-    specs: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device] | None] = []
-    for node in gm.graph.find_nodes(op="placeholder"):
-        value = node.meta.get("val")
-        if isinstance(value, torch.Tensor):
-            specs.append((tuple(value.shape), tuple(value.stride()), value.dtype, value.device))
-        else:
-            specs.append(None)
-    return specs
+    values = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
+    return [
+        (tuple(v.shape), tuple(v.stride()), v.dtype, v.device) if isinstance(v, torch.Tensor) else None for v in values
+    ]
 
 
-def _restore_examples(gm: fx.GraphModule, specs: list[Any]) -> None:
+def _restored(flat: tuple[list[tuple[Any, ...]], dict[str, Any]], specs: list[Any]) -> fx.GraphModule:
+    """A stored graph, with its placeholders' examples (fakes) back."""
+    gm = _unflatten_graph(*flat)
     fake_mode = FakeTensorMode()
     placeholders = gm.graph.find_nodes(op="placeholder")
     for node, spec in zip(placeholders, specs, strict=True):
@@ -85,6 +83,7 @@ def _restore_examples(gm: fx.GraphModule, specs: list[Any]) -> None:
             size, stride, dtype, device = spec
             with fake_mode:
                 node.meta["val"] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    return gm
 
 
 @dataclass(frozen=True)
@@ -153,16 +152,8 @@ def load(directory: str, key: str) -> tuple[Any, Any, dict[str, fx.GraphModule |
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # pytree's own deprecation noise on unpickling specs
             data = pickle.loads(found[0])
-        graphs: dict[str, fx.GraphModule | None] = {}
-        for name in _GRAPHS:
-            stored = data["graphs"].get(name)
-            if stored is not None:
-                (nodes, attributes), specs = stored
-                gm = _unflatten_graph(nodes, attributes)
-                _restore_examples(gm, specs)
-                graphs[name] = gm
-            else:
-                graphs[name] = None
+        stored = {name: data["graphs"].get(name) for name in _GRAPHS}
+        graphs = {name: None if found is None else _restored(*found) for name, found in stored.items()}
         return data["meta"], data["convention"], graphs
     except Exception:  # an entry from another version of aotfx or torch: compile afresh
         return None

@@ -35,6 +35,7 @@ import functools
 import hashlib
 import logging
 import math
+import operator
 import os
 import pathlib
 import pickle
@@ -292,13 +293,6 @@ def _placeholder_text(node: fx.Node, symbols: _Symbols) -> str:
     raise Uncacheable(f"placeholder value of type {type(val).__qualname__}")
 
 
-def _attr(gm: fx.GraphModule, target: str) -> Any:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def canonical_graph(gm: fx.GraphModule) -> str:
     """The graph alone in canonical form: one line per node, values named by position.
 
@@ -312,7 +306,7 @@ def canonical_graph(gm: fx.GraphModule) -> str:
         if node.op == "placeholder":
             text = _placeholder_text(node, symbols)
         elif node.op == "get_attr":
-            value = _attr(gm, str(node.target))
+            value = operator.attrgetter(str(node.target))(gm)  # a dotted path
             if isinstance(value, torch.Tensor):
                 text = f"const {_tensor_text(value)}"
             elif isinstance(value, fx.GraphModule):

@@ -346,12 +346,10 @@ def make_training_runtime(
         return [*args, torch.empty(0, requires_grad=True)] if own_edge else args
 
     def run(args: list[Any]) -> list[Any]:
-        if not torch.is_grad_enabled():
-            # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
-            # record the call (the outputs eager made without one are marked non-differentiable).
-            with torch.enable_grad():
-                return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
-        return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
+        # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
+        # record the call (the outputs eager made without one are marked non-differentiable).
+        with torch.enable_grad():
+            return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
 
     def emit(source: Source, args: str) -> str:
         apply = source.const(CompiledFunction.apply, "compiled_function")

@@ -494,31 +494,28 @@ class _Functionalizer:
                 self.root[node] = buffer_key
         self.steps[root] = _Step(buffer_key, aten.as_strided.default, geometry)
 
-    def set_storage(self, node: fx.Node) -> None:
-        """``t.set_(source)``: from here on ``t`` is ``source`` (its memory and geometry)."""
-        target = self.resolve(cast(fx.Node, node.args[0]))
-        tensor = target
-        while tensor in self.steps and self.steps[tensor].op is None:
-            tensor = self.steps[tensor].parent
-        if tensor.op == "placeholder":
-            raise NotImplementedError(
-                f"functionalize: {_where(node)} gives graph input {tensor.name} another storage; "
-                "the MetadataMutation layer must remove it first"
-            )
-        # An alias of source, not source itself: a later metadata change of t leaves source's geometry alone.
-        self.add_view(node, _Step(self.resolve(cast(fx.Node, node.args[1])), aten.alias.default))
-        self.renamed[target] = node
-
-    def metadata_mutation(self, node: fx.Node, op: OpOverload) -> None:
+    def _geometry_changed(self, node: fx.Node, change: str) -> fx.Node:
+        """The tensor whose geometry ``node`` changes in place (``change``: how), never a graph input's."""
         target = self.resolve(cast(fx.Node, node.args[0]))
         tensor = target
         while tensor in self.steps and self.steps[tensor].op is None:  # an in-place result is its argument
             tensor = self.steps[tensor].parent
         if tensor.op == "placeholder":
             raise NotImplementedError(
-                f"functionalize: {_where(node)} changes the metadata of graph input {tensor.name}; "
+                f"functionalize: {_where(node)} {change} graph input {tensor.name}; "
                 "the MetadataMutation layer must remove it first"
             )
+        return target
+
+    def set_storage(self, node: fx.Node) -> None:
+        """``t.set_(source)``: from here on ``t`` is ``source`` (its memory and geometry)."""
+        target = self._geometry_changed(node, "sets the storage of")
+        # An alias of source, not source itself: a later metadata change of t leaves source's geometry alone.
+        self.add_view(node, _Step(self.resolve(cast(fx.Node, node.args[1])), aten.alias.default))
+        self.renamed[target] = node
+
+    def metadata_mutation(self, node: fx.Node, op: OpOverload) -> None:
+        target = self._geometry_changed(node, "changes the metadata of")
         view_op = functional_variant(op)
         if view_op is None:
             raise NotImplementedError(f"functionalize: no out-of-place view for {_where(node)}")

@@ -300,7 +300,7 @@ def _copy_nodes(
         _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()), detached)
         if node.op == "get_attr":
             name = f"{side}_{node.target}".replace(".", "_")
-            setattr(root, name, _attr(gm, str(node.target)))
+            setattr(root, name, operator.attrgetter(str(node.target))(gm))
             copied.target = name
         env[node] = copied
 
@@ -320,13 +320,6 @@ def _detach_reads(graph: fx.Graph, node: fx.Node, positions: frozenset[int], det
                 detached[leaves[i]] = graph.call_function(_aten.detach.default, (leaves[i],))
         leaves[i] = detached[leaves[i]]
     node.args, node.kwargs = pytree.tree_unflatten(leaves, spec)
-
-
-def _attr(gm: fx.GraphModule, target: str) -> Any:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 _MISSING_DERIVATIVE = re.compile(r"derivative for (?:aten::)?'?(\w+)'? is not implemented")

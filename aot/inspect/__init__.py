@@ -25,42 +25,9 @@ The text lives in :mod:`aot.inspect.report`, the pictures in :mod:`aot.inspect.s
 from __future__ import annotations
 
 from aot.compile.source_lines import recording_source_lines, source_line
-from aot.inspect.report import (
-    NOT_RECORDED,
-    RecomputedOp,
-    SavedValue,
-    entries,
-    graph_code,
-    graphs,
-    op_count_table,
-    op_counts,
-    recomputed_ops,
-    report,
-    saved_bytes,
-    saved_for_backward,
-    saved_report,
-    saved_values,
-)
-from aot.inspect.svg import graph_dot, graph_svg, svgs
+from aot.inspect.report import *  # noqa: F403
+from aot.inspect.report import __all__ as _report_names
+from aot.inspect.svg import *  # noqa: F403
+from aot.inspect.svg import __all__ as _svg_names
 
-__all__ = [
-    "NOT_RECORDED",
-    "RecomputedOp",
-    "SavedValue",
-    "entries",
-    "graph_code",
-    "graph_dot",
-    "graph_svg",
-    "graphs",
-    "op_count_table",
-    "op_counts",
-    "recomputed_ops",
-    "recording_source_lines",
-    "report",
-    "saved_bytes",
-    "saved_for_backward",
-    "saved_report",
-    "saved_values",
-    "source_line",
-    "svgs",
-]
+__all__ = [*_report_names, *_svg_names, "recording_source_lines", "source_line"]

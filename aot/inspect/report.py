@@ -18,12 +18,15 @@ if TYPE_CHECKING:
 from aot.compile.source_lines import source_line
 
 __all__ = [
+    "NOT_RECORDED",
+    "RecomputedOp",
     "SavedValue",
     "entries",
     "graph_code",
     "graphs",
     "op_count_table",
     "op_counts",
+    "recomputed_ops",
     "report",
     "saved_bytes",
     "saved_for_backward",
