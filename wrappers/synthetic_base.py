@@ -190,10 +190,16 @@ def _written(cluster: tuple[RestridedArg, ...], meta: ViewAndMutationMeta[Any, A
     return through or tuple(m for m in cluster if meta.input_info[m].mutates_data)
 
 
+def _writes_anywhere(infos: Sequence[InputAliasInfo]) -> bool:
+    """Whether a write into the members' storage may have landed outside the elements of the member it went
+    through (an ``as_strided`` at an absolute offset): then the whole base is written back, not each member."""
+    return any(info.offset_sensitive for info in infos) and not all(info.writes_within_inputs for info in infos)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Cluster:
-    """Inputs merged into one base; ``whole`` writes the whole base back (offsets matter: writes may
-    land anywhere in the storage), else each member in ``written`` is written back alone."""
+    """Inputs merged into one base; ``whole`` writes the whole base back (``_writes_anywhere``), else each
+    member in ``written`` is written back alone."""
 
     members: tuple[RestridedArg, ...]
     written: tuple[RestridedArg, ...]
@@ -220,7 +226,7 @@ class SyntheticBase:
         self._meta = meta
         self._counter_groups = counter_groups(args)
         clusters = [
-            _Cluster(members, written, bool(written) and any(meta.input_info[m].offset_sensitive for m in members))
+            _Cluster(members, written, bool(written) and _writes_anywhere([meta.input_info[m] for m in members]))
             for members in clusters_to_merge(args, meta)
             for written in [_written(members, meta)]
         ]
