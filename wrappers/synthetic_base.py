@@ -257,6 +257,15 @@ class SyntheticBase:
             for m in cluster.members
             if not meta.input_info[m].requires_grad
         }
+        # Of those, a ``.data`` alias has a version counter of its own, shared with no other member: a write
+        # through the others does not invalidate what autograd saved of it, nor the reverse.
+        groups = self._counter_groups
+        own_counter = {
+            m
+            for cluster in clusters
+            for m in cluster.members
+            if [groups[other] for other in cluster.members].count(groups[m]) == 1
+        }
         # Members with a history of their own (``_own_histories``): the base carries one, so each reads the
         # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
         rerouted = _rerouted(clusters, args)
@@ -281,7 +290,9 @@ class SyntheticBase:
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    working[m] = member.detach() if m in detached else member
+                    working[m] = member
+                    if m in detached:
+                        working[m] = member.data if m in own_counter else member.detach()
                     if m in rerouted:
                         own = inner_args[first_rerouted + rerouted.index(m)]
                         if m in own_leaves:  # its gradient covers its own elements
