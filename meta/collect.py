@@ -39,7 +39,7 @@ from meta.overlap import (
     EagerOverlapChecks,
     is_overlap_error,
 )
-from meta.recorder import ViewRecorder, Write, set_within
+from meta.recorder import ABSOLUTE_OFFSET_OPS, ViewRecorder, Write, set_within
 from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
@@ -193,6 +193,9 @@ def collect_meta(
         if not w.metadata_only
     ]
     written_through = {root for _, root in write_roots}
+    # Storages a write may have reached outside the elements of the input it went through.
+    as_called = fake_ids - {id(w.tensor) for w in recorder.writes if w.metadata_only}
+    stray_writes = {w.storage for w, _ in write_roots if not _within_an_input(recorder, w.tensor, as_called)}
     input_position: dict[int, UserArg] = {}
     input_storage: dict[int, UserArg] = {}
     for i, fake in enumerate(fakes):
@@ -238,6 +241,7 @@ def collect_meta(
             id(fake) in written_through,
             initial_storage[0] in absolute,  # its own memory: where set_() may have moved it is not the caller's
             recorder.reach.get(initial_storage[0], 0),
+            initial_storage[0] not in stray_writes,
             fake._version - version,
             fake.requires_grad and not requires_grad,
             initial_storage,
@@ -609,6 +613,14 @@ def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Te
     return None
 
 
+def _within_an_input(recorder: ViewRecorder, written: torch.Tensor, inputs: set[int]) -> bool:
+    """Whether ``written`` is one of ``inputs`` or an ordinary view of one, taken in its geometry as called:
+    its elements are among that input's (an ``as_strided`` at an absolute offset may lie anywhere)."""
+    root, steps, _ = recorder.chain_to_root(written, lambda t: id(t) in inputs)
+    ordinary = all(s.op not in ABSOLUTE_OFFSET_OPS and not s.in_place and s.from_geometry is None for s in steps)
+    return id(root) in inputs and ordinary
+
+
 def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
     """Whether autograd sees a write through ``written`` in ``tensor``'s history: it is ``tensor`` or another
     view of its base (not a tensor of its own that set_() put in the same memory, say)."""
@@ -639,6 +651,7 @@ def _input_info(
     through: bool,
     offset_sensitive: bool,
     storage_reach: int,
+    writes_within_inputs: bool,
     version_bumps: int,
     sets_requires_grad: bool,
     initial_storage: tuple[int, tuple[int, int]],
@@ -692,6 +705,7 @@ def _input_info(
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,
         storage_reach=storage_reach,
+        writes_within_inputs=writes_within_inputs,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not recorded_metadata_writes,
         metadata_record_stale=real._base is not None
         and bool(recorded_metadata_writes)

@@ -201,6 +201,10 @@ class InputAliasInfo:
     offset_sensitive: bool = False
     # One past the last byte of the input's storage anything in the program touched.
     storage_reach: int = 0
+    # Every data write into the input's storage went through an input as called, or an ordinary view of one
+    # (no ``as_strided`` at an absolute offset, no set_() onto it, no changed geometry): it landed within the
+    # elements of the input it went through, so writing those back covers it.
+    writes_within_inputs: bool = False
     # Every metadata mutation ran under no_grad (autograd records none of them).
     metadata_mutations_under_no_grad: bool = False
     # A view input: autograd recorded a metadata mutation, then the input's counter moved again (a write, a change

@@ -190,10 +190,16 @@ def _written(cluster: tuple[RestridedArg, ...], meta: ViewAndMutationMeta[Any, A
     return through or tuple(m for m in cluster if meta.input_info[m].mutates_data)
 
 
+def _writes_anywhere(infos: Sequence[InputAliasInfo]) -> bool:
+    """Whether a write into the members' storage may have landed outside the elements of the member it went
+    through (an ``as_strided`` at an absolute offset): then the whole base is written back, not each member."""
+    return any(info.offset_sensitive for info in infos) and not all(info.writes_within_inputs for info in infos)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Cluster:
-    """Inputs merged into one base; ``whole`` writes the whole base back (offsets matter: writes may
-    land anywhere in the storage), else each member in ``written`` is written back alone."""
+    """Inputs merged into one base; ``whole`` writes the whole base back (``_writes_anywhere``), else each
+    member in ``written`` is written back alone."""
 
     members: tuple[RestridedArg, ...]
     written: tuple[RestridedArg, ...]
@@ -220,7 +226,7 @@ class SyntheticBase:
         self._meta = meta
         self._counter_groups = counter_groups(args)
         clusters = [
-            _Cluster(members, written, bool(written) and any(meta.input_info[m].offset_sensitive for m in members))
+            _Cluster(members, written, bool(written) and _writes_anywhere([meta.input_info[m] for m in members]))
             for members in clusters_to_merge(args, meta)
             for written in [_written(members, meta)]
         ]
@@ -251,6 +257,15 @@ class SyntheticBase:
             for m in cluster.members
             if not meta.input_info[m].requires_grad
         }
+        # Of those, a ``.data`` alias has a version counter of its own, shared with no other member: a write
+        # through the others does not invalidate what autograd saved of it, nor the reverse.
+        groups = self._counter_groups
+        own_counter = {
+            m
+            for cluster in clusters
+            for m in cluster.members
+            if [groups[other] for other in cluster.members].count(groups[m]) == 1
+        }
         # Members with a history of their own (``_own_histories``): the base carries one, so each reads the
         # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
         rerouted = _rerouted(clusters, args)
@@ -275,7 +290,9 @@ class SyntheticBase:
                 for m in cluster.members:
                     size, stride, offset = geometry[m]
                     member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    working[m] = member.detach() if m in detached else member
+                    working[m] = member
+                    if m in detached:
+                        working[m] = member.data if m in own_counter else member.detach()
                     if m in rerouted:
                         own = inner_args[first_rerouted + rerouted.index(m)]
                         if m in own_leaves:  # its gradient covers its own elements

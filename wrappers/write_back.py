@@ -39,4 +39,8 @@ def write_back(
             target = target.detach()  # eager wrote it through a detach()/.data alias, the only way it allows
         recorded = info.mutation_visible_to_autograd and (info.requires_grad or info.requires_grad_after)
         with torch.set_grad_enabled(recorded):
+            # A view whose base an earlier write-back gave a history has its own taken again only when asked:
+            # unasked, autograd judges it a leaf requiring grad and refuses the write eager made before that.
+            if recorded:
+                target.grad_fn  # noqa: B018
             target.copy_(new_value)
