@@ -93,10 +93,13 @@ class ViewStep:
             # alias of ``tensor`` with a version counter of its own, leaving ``tensor`` (which may share the
             # caller's counter, or be the base of other outputs) as it is.
             tensor = own_alias(tensor)
-        with torch.set_grad_enabled(self.grad_enabled):
-            if from_geometry is not None:
+        if from_geometry is not None:
+            # A detach() reads no history of its argument (eager's may be a no_grad view whose base was written
+            # since, whose history autograd refuses): its geometry is taken without one too.
+            with torch.set_grad_enabled(self.grad_enabled and self.op is not torch.ops.aten.detach.default):
                 size, stride, relative_offset = from_geometry
                 tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+        with torch.set_grad_enabled(self.grad_enabled):
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and tensor._base is None and not result.requires_grad:
