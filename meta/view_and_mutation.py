@@ -104,8 +104,11 @@ class ViewStep:
             counted, grad_enabled = uncounted(tensor), grad_enabled and not (tensor.requires_grad and tensor.is_leaf)
         with torch.set_grad_enabled(grad_enabled), counted:
             if from_geometry is not None:
-                size, stride, relative_offset = from_geometry
-                tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+                # A detach() reads no history of its argument (eager's may be a no_grad view whose base was
+                # written since, whose history autograd refuses): its geometry is taken without one too.
+                with torch.set_grad_enabled(grad_enabled and self.op is not torch.ops.aten.detach.default):
+                    size, stride, relative_offset = from_geometry
+                    tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:

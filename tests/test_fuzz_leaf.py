@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.functions import Identity
-from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, check, check_in_mode
+from tests.oracle import AUTOCAST_ATOL, AUTOCAST_RTOL, MODES, check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -429,14 +429,31 @@ def test_expanded_leaf_written_under_no_grad(fn) -> None:
     check_in_mode(fn, _expanded_leaf, "training")
 
 
-# Open (found while fixing class 1): an input that is a view of another input, no view, which the function
-# as_strided_()s in grad mode. Eager takes the view input's history again from the other input in its new geometry
-# (by strides), so its gradient reaches only the elements that input spans now; the compiled one differentiates
-# the view input over all its elements (views taken inside the function are followed, other inputs are not).
+# Found while fixing class 1: an input that is a view of another input, no view, which the function changes the
+# geometry of in grad mode. Eager takes the view input's history again from that input in its new geometry (by
+# strides), so its gradient (and that of views of it returned) reaches only the elements that input spans now; the
+# compiled one differentiated the view input over all its elements (the function got it as a view of memory below,
+# not of the input it views).
 def _view_input_of_restrided_input(a0, a1):
     a1.mul_(2)
     a0.as_strided_((4,), (2,), 5)
     return (a1 * 1,)
+
+
+def _view_input_of_shifted_input_unwritten(a0, a1):
+    a0.as_strided_((2, 4), (4, 1), 1)
+    return (a1 * 1,)
+
+
+def _view_of_view_input_of_restrided_input(a0, a1):
+    a0.add_(1)
+    a0.as_strided_((4,), (2,), 5)
+    return (a1[0], a1.sum())
+
+
+def _view_of_view_input_of_restrided_input_unwritten(a0, a1):
+    a0.as_strided_((4,), (2,), 5)
+    return (a1[0], a1.sum())
 
 
 def _nonleaf_and_its_rows():
@@ -444,6 +461,23 @@ def _nonleaf_and_its_rows():
     return (x, x[1:])
 
 
-@pytest.mark.xfail(strict=True, reason="a view input's history is not taken again from the input it views (open)")
-def test_view_input_of_restrided_input() -> None:
-    check_in_mode(_view_input_of_restrided_input, _nonleaf_and_its_rows, "training")
+def _nonleaf_and_its_columns():
+    x = torch.randn(3, 4, generator=_gen()).requires_grad_() * 1
+    return (x, x[:, 1:3])
+
+
+VIEW_INPUT_OF_RESTRIDED_INPUT = {
+    "view_input_of_restrided_input": (_view_input_of_restrided_input, _nonleaf_and_its_rows),
+    "view_input_of_shifted_input_unwritten": (_view_input_of_shifted_input_unwritten, _nonleaf_and_its_columns),
+    "view_of_view_input_of_restrided_input": (_view_of_view_input_of_restrided_input, _nonleaf_and_its_rows),
+    "view_of_view_input_of_restrided_input_unwritten": (
+        _view_of_view_input_of_restrided_input_unwritten,
+        _nonleaf_and_its_rows,
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_INPUT_OF_RESTRIDED_INPUT))
+def test_view_input_of_restrided_input(name, mode) -> None:
+    check_in_mode(*VIEW_INPUT_OF_RESTRIDED_INPUT[name], mode)

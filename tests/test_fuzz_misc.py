@@ -226,3 +226,68 @@ VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD = {
 @pytest.mark.parametrize("name", sorted(VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD))
 def test_view_of_input_moved_under_no_grad(name, mode):
     check_in_mode(*VIEW_OF_INPUT_MOVED_UNDER_NO_GRAD[name], mode)
+
+
+# Slice 3, class 6 (program 8009): under the caller's no_grad, an input that is a view made there (of a leaf
+# requiring grad) set_() onto other memory, then a detach() (or .data) of it taken in an enable_grad region and
+# returned (resized, expanded). Eager's detach() reads no history of the input, which autograd refuses for a view
+# made under no_grad whose memory changed since; the replay took the input's geometry then by an as_strided in
+# grad mode, which reads it, and raised.
+
+
+def _program_8009(a0):
+    with torch.no_grad():
+        a0.set_(a0.clone())
+    with torch.enable_grad():
+        v0 = a0.detach()
+    v0.resize_(5)
+    v2 = v0.expand(2, 5)
+    return (v2, sum(t.sum() for t in (a0, v0, v2)))
+
+
+def _data_after_set_onto_smaller(a0):
+    with torch.no_grad():
+        a0.set_(torch.ones(4))
+    with torch.enable_grad():
+        v0 = a0.data
+    return (v0, a0.sum() + v0.sum())
+
+
+def _detach_after_set_then_written(a0):
+    with torch.no_grad():
+        a0.set_(a0.clone())
+    with torch.enable_grad():
+        v0 = a0.detach()
+    with torch.no_grad():
+        a0.mul_(2)
+    return (v0, a0.sum() + v0.sum())
+
+
+def _data_after_set_onto_other_shape(a0):
+    with torch.no_grad():
+        a0.set_(torch.ones(2, 3))
+    with torch.enable_grad():
+        v0 = a0.data
+    return (v0.resize_(2).expand(2, 2), v0.sum())
+
+
+def _slice_of_leaf():
+    return (_randn(24).requires_grad_()[2:8],)
+
+
+def _rows_of_leaf():
+    return (_randn(4, 3).requires_grad_()[1:3],)
+
+
+DETACH_OF_MOVED_INPUT = {
+    "program_8009": (_program_8009, _slice_of_leaf),
+    "data_after_set_onto_smaller": (_data_after_set_onto_smaller, _slice_of_leaf),
+    "detach_after_set_then_written": (_detach_after_set_then_written, _slice_of_leaf),
+    "data_after_set_onto_other_shape": (_data_after_set_onto_other_shape, _rows_of_leaf),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(DETACH_OF_MOVED_INPUT))
+def test_detach_in_enable_grad_of_moved_input(name, mode):
+    check_in_mode(*DETACH_OF_MOVED_INPUT[name], mode)

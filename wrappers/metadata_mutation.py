@@ -101,6 +101,8 @@ class MetadataMutation:
         # selves passed too.
         self._reshaped: tuple[DedupedArg, ...] = ()
         self._steps: tuple[Any, Any] | None = None
+        # Inputs that are views of an input (no view) whose geometry the function changes.
+        self._views_of_changed: frozenset[DedupedArg] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -119,9 +121,19 @@ class MetadataMutation:
         self._requires_grad_set = meta.inputs(lambda info: info.sets_requires_grad)
         if not mutated:
             return outer
+        # Told by the caller's tensors: the trace's primals are no views even where the caller's are.
+        no_views = frozenset(arg_idx for arg_idx in mutated if outer.args[arg_idx]._base is None)
+        # Inputs that are views of one of those: eager takes their history again from it, in its new geometry,
+        # and so views of them returned, taken again here once the caller's tensor has it.
+        views_of_changed = _views_of(outer.args, no_views, mutated)
+        self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
         split = OutputSplit.of(
             meta,
-            lambda info: info.after_set or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated),
+            lambda info: (
+                info.after_set
+                or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
+                or (info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input in self._views_of_changed)
+            ),
             RestridedOut,
         )
         self._split = split
@@ -166,9 +178,8 @@ class MetadataMutation:
         _refuse_views_before_move(meta, reshaped)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
-        # Told by the caller's tensors: the trace's primals are no views even where the caller's are.
-        no_views = frozenset(arg_idx for arg_idx in mutated if outer.args[arg_idx]._base is None)
-        # Of those, inputs set_() under no_grad that carry a history: the function gets no view of the input.
+        # Of the inputs that are no views, those set_() under no_grad that carry a history: the function gets no
+        # view of the input.
         set_with_history = frozenset(i for i in no_views if _set_keeping_own_history(meta.input_info[i]))
         inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
         for arg_idx in reshaped:
@@ -194,6 +205,8 @@ class MetadataMutation:
                 arg = args[arg_idx]
                 source = view_root(arg) if view_root(arg).dtype == arg.dtype else arg
                 working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
+            for view_idx, base_idx in views_of_changed:
+                working[view_idx] = _view_of_alias(args[view_idx], working[base_idx])
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
@@ -306,6 +319,7 @@ class MetadataMutation:
         fresh, restrided_first, restrided, moved = self._fresh, self._restrided_first, self._restrided, self._moved
         kept_history = self._kept_history
         reshaped = self._reshaped
+        views_of_changed = self._views_of_changed
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -337,7 +351,8 @@ class MetadataMutation:
 
             def the_input(out: UserOut, info: OutputAliasInfo[DedupedArg, UserOut]) -> torch.Tensor | None:
                 assert info.base_input is not None
-                return None if info.after_set else args[info.base_input]
+                replayed = info.after_set or info.output_type == OutputType.ALIAS_OF_INPUT  # (in the loop below)
+                return None if replayed else args[info.base_input]
 
             outs = split.assemble(meta, inner_outs, the_input)
             # Each set_() takes its source's memory as the call left it, though the loop below may move that
@@ -380,11 +395,17 @@ class MetadataMutation:
                     # (the layers below wrote it back in the old one, where the record was taken).
                     retaken.append(target)
             counters.finish(args, before)
-            for target in retaken:
+            # (A view input of a changed input: eager's record of it is stale once the input's geometry changed.)
+            for target in retaken + [args[view_idx] for view_idx in views_of_changed]:
                 _retake_view_history(target)
             made: dict[int, torch.Tensor] = {}
-            after_set = [(out_idx, out_info) for out_idx, out_info in enumerate(meta.output_info) if out_info.after_set]
-            for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory
+            after_set = [
+                (out_idx, out_info)
+                for out_idx, out_info in enumerate(meta.output_info)
+                if out_info.after_set
+                or (out_info.output_type == OutputType.ALIAS_OF_INPUT and out_info.base_input in views_of_changed)
+            ]
+            for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
                 assert base is not None
                 # At eager's version when eager took it: a view taken under no_grad, then changed, refuses its
@@ -502,6 +523,34 @@ def _history_alias(arg: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         alias: torch.Tensor = GradientTo.apply(arg, arg)  # type: ignore[no-untyped-call]
     return alias
+
+
+def _views_of(
+    args: list[torch.Tensor], bases: frozenset[DedupedArg], mutated: tuple[DedupedArg, ...]
+) -> tuple[tuple[DedupedArg, DedupedArg], ...]:
+    """(view input, base input) for each input, its geometry unchanged, that is a view of one in ``bases``."""
+    return tuple(
+        (DedupedArg(view_idx), base_idx)
+        for view_idx, view in enumerate(args)
+        if view_idx not in mutated
+        for base_idx in bases
+        if view._base is args[base_idx] and view.dtype == args[base_idx].dtype
+    )
+
+
+def _view_of_alias(view: torch.Tensor, alias: torch.Tensor) -> torch.Tensor:
+    """``view`` taken again from ``alias`` (the function's stand-in for its base): the tracing modes then take
+    its history again from the alias once its counter moves, as eager takes it from the base in the base's
+    geometry then. Marked as made where ``view`` was made."""
+    if not getattr(alias, STANDS_FOR_NO_VIEW, False):
+        return view  # (a detached alias: no history to take again)
+    with torch.enable_grad():
+        again = alias.as_strided(view.shape, view.stride(), view.storage_offset())
+    if again.requires_grad and view._base is not None and not view.is_inference():
+        creation = torch._C._autograd._get_creation_meta(view)
+        if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
+            torch._C._autograd._set_creation_meta(again, creation)
+    return again
 
 
 def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:

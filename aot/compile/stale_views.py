@@ -27,6 +27,7 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
+from meta.fresh_views import STANDS_FOR_NO_VIEW
 from meta.storage import storage_key
 from meta.storage_set import history_taken_again
 
@@ -111,7 +112,9 @@ class RegeneratedViews(TorchFunctionMode):
             return
         if out._base is None or not out.requires_grad or not torch.is_grad_enabled():
             return
+        # (An alias standing for an input that is no view is none in eager: ``FreshViews`` follows its views.)
         taken_from_view = name == "as_strided" and source._base is not None
+        taken_from_view = taken_from_view and not getattr(source, STANDS_FOR_NO_VIEW, False)
         followed = self._followed.get(id(source))
         if taken_from_view or (followed is not None and followed[0] is source and out._base is source._base):
             self._followed[id(out)] = (out, out._version)
