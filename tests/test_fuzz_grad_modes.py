@@ -222,7 +222,32 @@ def _complex_pair():
     return (s0 * 1, s1.requires_grad_())
 
 
+def _view_under_enable_grad_then_written(a0):
+    # Seed 21 class 9: a view taken in grad mode of an input made under no_grad inherits its creation, so
+    # eager refuses its history once the memory is written after it; the compiled view, replayed while the
+    # input counted as made in grad mode, did not.
+    with torch.enable_grad():
+        v1 = a0.expand(2, 4)
+    a0.mul_(2)
+    return (v1,)
+
+
+def _view_then_other_view_written(a0, a1):
+    # The same with the write through another input sharing the memory (merged into one base).
+    with torch.enable_grad():
+        v1 = a0.expand(2, 4)
+    a1.narrow(-1, 1, 3).fill_(2j)
+    return (v1,)
+
+
+def _complex_slices():
+    s0 = _randn(24, dtype=torch.complex64).requires_grad_()
+    return (s0[2:10:2], s0[7:19].view(4, 3).t())
+
+
 CASES = {
+    "view_under_enable_grad_then_written": (_view_under_enable_grad_then_written, lambda: _complex_slices()[:1]),
+    "view_then_other_view_written": (_view_then_other_view_written, _complex_slices),
     "function_then_data_as_strided_": (_function_then_data_as_strided_, _strided_leaf),
     "view_of_inference_leaf_requires_grad_": (_view_of_inference_leaf_requires_grad_, _square_leaf),
     "set_under_enable_grad_then_data_fill_": (_set_under_enable_grad_then_data_fill_, _complex_pair),
