@@ -21,7 +21,10 @@ import torch
 
 T = TypeVar("T")
 
-__all__ = ["Counters", "counter_groups", "set_versions", "uncounted", "version"]
+__all__ = ["Counters", "counter_groups", "inherit_creation", "set_versions", "uncounted", "version"]
+
+# On a view :func:`_relaxed` marked as made in grad mode for the call: the creation it really has.
+_RELAXED_CREATION = "_aot_relaxed_creation"
 
 
 def version(tensor: torch.Tensor) -> int:
@@ -157,6 +160,7 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
         creation = torch._C._autograd._get_creation_meta(tensor)
         if creation != torch._C._autograd.CreationMeta.DEFAULT and all(t is not tensor for t, _ in relaxed):
             torch._C._autograd._set_creation_meta(tensor, torch._C._autograd.CreationMeta.DEFAULT)
+            setattr(tensor, _RELAXED_CREATION, creation)
             relaxed.append((tensor, creation))
     return relaxed
 
@@ -172,3 +176,17 @@ def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> N
         if stale:
             set_versions([tensor], [counter])
         torch._C._autograd._set_creation_meta(tensor, creation)
+        vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+
+
+def inherit_creation(view: torch.Tensor, source: torch.Tensor) -> None:
+    """``view``, just taken of ``source`` while :func:`_relaxed` marks it as made in grad mode, gets the creation
+    eager's view of it inherits (autograd's ``propagate_creation_meta``): eager refuses its history, as the
+    source's, once its memory is written after it was made."""
+    creation = getattr(source, _RELAXED_CREATION, None)
+    if creation is None or view is source or view._base is None or not view.requires_grad:
+        return
+    own = torch._C._autograd._get_creation_meta(view)
+    CreationMeta = torch._C._autograd.CreationMeta
+    if own == CreationMeta.DEFAULT or creation == CreationMeta.INFERENCE_MODE:
+        torch._C._autograd._set_creation_meta(view, creation)

@@ -20,7 +20,7 @@ import torch
 
 from meta.indices import IntermediateBase
 from meta.symbolic import resolve_sizes, symbolic_geometry
-from meta.versions import uncounted
+from meta.versions import inherit_creation, uncounted
 
 __all__ = [
     "ComputedAlias",
@@ -155,7 +155,9 @@ def replay_views(
             continue
         if version_before_call is not None and step.version >= 0 and not tensor.is_inference():
             torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version,))
-        tensor = step.replay(tensor, own=position > 0)
+        source, tensor = tensor, step.replay(tensor, own=position > 0)
+        if position == 0:
+            inherit_creation(tensor, source)
         if made is not None and step.key >= 0:
             made[step.key] = tensor
     return tensor

@@ -976,6 +976,8 @@ class _Again:
         self.values = _original_args(program)
         self.lines: list[str] = []
         self.storages = 0
+        # Whether ``a[i]`` is an inference tensor after the lines so far: a change can follow another.
+        self.inference_now = [v.is_inference() for v in self.values]
 
     def storage(self, i: int, numel: int, inference: bool = False) -> str:
         """A new storage for ``a[i]``, of ``numel`` elements and as many again as ``a[i]``'s has: a program's
@@ -1000,8 +1002,10 @@ class _Again:
         if v.requires_grad:
             self.lines.append(f"a[{i}] = a[{i}].detach()")
             return True
-        if v.is_inference():
-            self.lines.append(f"a[{i}] = a[{i}].clone()")  # a normal tensor: an inference one cannot be saved
+        if self.inference_now[i]:
+            # A normal tensor: an inference one cannot be saved, nor made to require grad outside inference_mode.
+            self.lines.append(f"a[{i}] = a[{i}].clone()")
+            self.inference_now[i] = False
         self.lines.append(_grad_line(self.rng, i, True))
         return True
 
@@ -1012,6 +1016,7 @@ class _Again:
             return False
         r = self.storage(i, v.numel(), inference=True)
         self.lines.append(f"a[{i}] = {r}[:{v.numel()}].view({tuple(v.shape)})")
+        self.inference_now[i] = True
         return True
 
     def relaid(self, i: int, kind: str) -> bool:
@@ -1033,6 +1038,7 @@ class _Again:
             self.lines.append(f"a[{i}] = {r}[: {2 * numel}:2]")
         else:
             return False
+        self.inference_now[i] = False
         grad = v.requires_grad if self.rng.random() < 0.8 else not v.requires_grad
         if grad and self.exact(i):
             self.lines.append(_grad_line(self.rng, i, True))
@@ -1047,6 +1053,7 @@ class _Again:
         if any(j != i and w.untyped_storage()._cdata == key for j, w in enumerate(values)):
             r = self.storage(i, v.numel(), inference=v.is_inference())
             self.lines.append(f"a[{i}] = {r}[:{v.numel()}].view({tuple(v.shape)})")
+            self.inference_now[i] = v.is_inference()
             if v.requires_grad:
                 self.lines.append(_grad_line(rng, i, True))
             return True
@@ -1056,6 +1063,7 @@ class _Again:
         j = rng.choice(later)
         if rng.random() < 0.4 or v.is_inference() or v.numel() == 0:
             self.lines.append(f"a[{j}] = a[{i}]")
+            self.inference_now[j] = self.inference_now[i]
             return True
         numel, shape = v.numel(), tuple(v.shape)
         shift = rng.randint(1, numel)  # numel: adjacent, not overlapping
@@ -1063,6 +1071,7 @@ class _Again:
         if v.requires_grad or values[j].requires_grad:
             self.lines.append(f"{r}.requires_grad_()")
         self.lines.append(f"a[{i}], a[{j}] = {r}[:{numel}].view({shape}), {r}[{shift}:{shift + numel}].view({shape})")
+        self.inference_now[i] = self.inference_now[j] = False
         return True
 
     def draw(self) -> tuple[str, ...]:

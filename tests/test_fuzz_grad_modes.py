@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import Identity, ScaledBySaved, ViewOf
+from tests.functions import DoublesInPlace, Identity, ScaledBySaved, ViewOf
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -222,7 +222,68 @@ def _complex_pair():
     return (s0 * 1, s1.requires_grad_())
 
 
+def _view_under_enable_grad_then_written(a0):
+    # Seed 21 class 9: a view taken in grad mode of an input made under no_grad inherits its creation, so
+    # eager refuses its history once the memory is written after it; the compiled view, replayed while the
+    # input counted as made in grad mode, did not.
+    with torch.enable_grad():
+        v1 = a0.expand(2, 4)
+    a0.mul_(2)
+    return (v1,)
+
+
+def _view_then_other_view_written(a0, a1):
+    # The same with the write through another input sharing the memory (merged into one base).
+    with torch.enable_grad():
+        v1 = a0.expand(2, 4)
+    a1.narrow(-1, 1, 3).fill_(2j)
+    return (v1,)
+
+
+def _complex_slices():
+    s0 = _randn(24, dtype=torch.complex64).requires_grad_()
+    return (s0[2:10:2], s0[7:19].view(4, 3).t())
+
+
+def _dirty_function_output_set_(a0, a1):
+    # Brief item (issue 10/11): an autograd.Function writing its input and marking it dirty, called with grad
+    # off on an input requiring grad, returns a detached alias of it in eager; the graph's function wrote a copy
+    # of the input requiring no grad, got that copy back, and moved it with the set_() meant for the alias.
+    v0 = DoublesInPlace.apply(a0)
+    v0.set_(a1.detach())
+    return a0, v0
+
+
+def _dirty_function_output_unsqueeze_(a0, a1):
+    v0 = DoublesInPlace.apply(a0)
+    v0.unsqueeze_(0)
+    return a0, v0
+
+
+def _requires_grad_read_after_write(a0, a1):
+    # The same copy, read: eager's input requires grad after a write under no_grad.
+    a0.mul_(2)
+    return a0.requires_grad, a0 + 1
+
+
+def _leaf_and_plain():
+    return (_randn(12).requires_grad_(), torch.randn(12, generator=torch.Generator().manual_seed(1)))
+
+
+def _slice_of_non_leaf_and_plain():
+    with torch.enable_grad():  # requiring grad under the caller's no_grad too
+        return ((_randn(12).requires_grad_() * 1)[2:8], torch.randn(6, generator=torch.Generator().manual_seed(1)))
+
+
 CASES = {
+    "dirty_function_output_set_of_leaf": (_dirty_function_output_set_, _leaf_and_plain),
+    "dirty_function_output_set_of_view": (_dirty_function_output_set_, _slice_of_non_leaf_and_plain),
+    "dirty_function_output_unsqueeze_of_leaf": (_dirty_function_output_unsqueeze_, _leaf_and_plain),
+    "dirty_function_output_unsqueeze_of_view": (_dirty_function_output_unsqueeze_, _slice_of_non_leaf_and_plain),
+    "requires_grad_read_after_write_of_leaf": (_requires_grad_read_after_write, _leaf_and_plain),
+    "requires_grad_read_after_write_of_view": (_requires_grad_read_after_write, _slice_of_non_leaf_and_plain),
+    "view_under_enable_grad_then_written": (_view_under_enable_grad_then_written, lambda: _complex_slices()[:1]),
+    "view_then_other_view_written": (_view_then_other_view_written, _complex_slices),
     "function_then_data_as_strided_": (_function_then_data_as_strided_, _strided_leaf),
     "view_of_inference_leaf_requires_grad_": (_view_of_inference_leaf_requires_grad_, _square_leaf),
     "set_under_enable_grad_then_data_fill_": (_set_under_enable_grad_then_data_fill_, _complex_pair),

@@ -80,7 +80,10 @@ class RuntimeEpilogue:
             working = list(args)
             for arg_idx in mutated:
                 # The graph reads its inputs only: the function mutates a copy whose final value is returned.
-                working[arg_idx] = clone_at_offset(args[arg_idx])
+                # It requires grad where the input does, whatever the grad mode: under no_grad the function
+                # reads it (``requires_grad``), and an autograd.Function returns a detached alias of it then.
+                with torch.set_grad_enabled(torch.is_grad_enabled() or args[arg_idx].requires_grad):
+                    working[arg_idx] = clone_at_offset(args[arg_idx])
             if witnesses:
                 recorder = ViewRecorder()
                 with recorder:
