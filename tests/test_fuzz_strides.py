@@ -1,0 +1,70 @@
+"""Fuzzer classes of strides (seed 21, ``benchmarks/fuzz_findings.md``): an ``out=`` resize restriding by the
+strides of an intermediate at its size-1 dimensions. Each class as its smallest program and close variants, run
+in training, under ``no_grad`` and under ``inference_mode``; eager is the oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check_in_mode, mode_params
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# Class 1 (program 53): ``a * 2`` of a (1, 4) transpose has eager's strides (1, 1) (TensorIterator breaks the
+# tie at the size-1 dimension by size), fake kernels' (4, 1); an out= resize into the input then restrides it
+# by them: its size-1 dimension's stride was the fake's.
+def _neg_out_of_expanded_double(a0):
+    a0.t_()
+    v0 = a0 * 2
+    torch.neg(v0.expand(2, 1, 4), out=a0)
+    return ()
+
+
+def _add_out_of_expanded_double(a0):
+    a0.t_()
+    v0 = a0 * 2
+    torch.add(v0.expand(2, 1, 4), 1, out=a0)
+    return ()
+
+
+def _mul_out_of_unsqueezed_sum(a0):
+    a0.t_()
+    v0 = a0 + 1
+    torch.mul(v0.unsqueeze(0).expand(3, 1, 4), 2, out=a0)
+    return (v0,)
+
+
+def _neg_out_of_expanded_clone(a0):
+    a0.t_()
+    v0 = a0.clone()  # (keeps the input's strides, in eager as in fake kernels)
+    torch.neg(v0.expand(2, 1, 4), out=a0)
+    return (v0,)
+
+
+def _int_column():
+    return (torch.randint(-4, 5, (4, 1), generator=_gen()),)
+
+
+def _float_column():
+    return (torch.randn(4, 1, generator=_gen()),)
+
+
+PROGRAMS = {
+    "neg_out_of_expanded_double": (_neg_out_of_expanded_double, _int_column),
+    "neg_out_of_expanded_clone": (_neg_out_of_expanded_clone, _float_column),
+    "add_out_of_expanded_double": (_add_out_of_expanded_double, _float_column),
+    "mul_out_of_unsqueezed_sum": (_mul_out_of_unsqueezed_sum, _float_column),
+}
+
+# Strict xfails: (name, mode) -> why it still differs.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
+def test_strides_class(name, mode):
+    fn, make_args = PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
