@@ -360,6 +360,8 @@ def collect_meta(
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
                     step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
+                    if out.dtype != flat_args[base].dtype:  # (``t.set_(complex_input.real)``)
+                        step = dataclasses.replace(step, kwargs=(("dtype", out.dtype),))
                     if out.requires_grad and not _history_of_set(out):
                         # set_() under no_grad kept the tensor's own history: the graph computes it, the
                         # epilogue puts it on a tensor set_() onto the caller's input.
@@ -524,13 +526,24 @@ def _grown_intermediate_storages(recorder: ViewRecorder, outs: Sequence[torch.Te
     }
 
 
-def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int, dtype: Any = None) -> torch.Tensor:
     """A new tensor ``set_()`` onto ``tensor``'s memory with this geometry, as eager's was: no view;
-    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative)."""
+    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative). A geometry
+    in ``dtype``'s elements (the tensor set_() onto a view of another dtype) is taken on its memory in it."""
+    if dtype is not None and dtype != tensor.dtype:
+        tensor = _whole_storage_in(tensor, dtype)
     source = tensor.as_strided(size, stride, offset)
     plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     plain.set_(source)  # type: ignore[call-overload]
     return plain
+
+
+def _whole_storage_in(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor``'s whole storage from its start, as a 1-D view in ``dtype``'s elements."""
+    whole = tensor.as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0)
+    if whole.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == whole.element_size():
+        whole = torch.view_as_real(whole).flatten()  # (differentiable, as view(dtype) is not)
+    return whole if whole.dtype == dtype else whole.view(dtype)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-__all__ = ["OutResize", "resize_outs_as_eager"]
+__all__ = ["OutResize", "resize_outs_as_eager", "restride_as_eager"]
 
 
 def _out_names(func: Any) -> list[str]:
@@ -138,6 +138,29 @@ def resize_outs_as_eager(func: Any, args: Any, kwargs: dict[str, Any]) -> None:
             out.resize_(shape)
             if tuple(out.stride()) != stride:
                 out.as_strided_(shape, stride, out.storage_offset())
+
+
+def restride_as_eager(func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+    """Give the fake result of an elementwise op eager's strides at its size-1 dimensions, where fake kernels
+    (``compute_elementwise_output_strides``) break ties otherwise than TensorIterator: the layout is the same,
+    but an ``out=`` resize after restrides by them (``a.t_()``, ``b = a * 2``, ``torch.neg(b.expand(..), out=a)``)."""
+    if torch.Tag.pointwise not in func.tags or func.is_view or func._schema.is_mutable:
+        return
+    if any(arg.name == "memory_format" for arg in func._schema.arguments):
+        return  # (``clone``: eager keeps the input's strides, as fake kernels do)
+    if not isinstance(out, torch.Tensor) or out.layout != torch.strided or out.numel() == 0:
+        return
+    inputs = _tensor_operands(func, args, kwargs, [])
+    if not inputs:
+        return
+    shape = tuple(out.shape)
+    stride = _tensor_iterator_strides(inputs, shape)
+    if stride is None:
+        stride = tuple(torch.empty(shape, device="meta").stride())
+    differing = [dim for dim, (a, b) in enumerate(zip(stride, out.stride(), strict=True)) if a != b]
+    if differing and all(shape[dim] == 1 for dim in differing):
+        with _disable_current_modes(), torch.no_grad():
+            out.as_strided_(shape, stride, out.storage_offset())
 
 
 class OutResize(TorchDispatchMode):  # type: ignore[no-untyped-call]

@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_flatten
 from meta.alias import written_positions
 from meta.eager_state import aten, geometry_of, is_leaf_safely, made_by_custom_function, records
 from meta.errors import UnsupportedMutationError
-from meta.out_resize import resize_outs_as_eager
+from meta.out_resize import resize_outs_as_eager, restride_as_eager
 from meta.overlap import (
     dispatched_argument,
     eager_overlap_error,
@@ -241,6 +241,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             used = [*args[1:], *kwargs.values()] if set_from is not None else [*args, *kwargs.values()]
             self._note_storage_use(func, used)
         out = func(*args, **kwargs)
+        restride_as_eager(func, args, kwargs, out)
         if self._grad_leaves and records() and _recorded_by_autograd(func, out):
             self._note_grad_use([*args, *kwargs.values()], not func.is_view)
         self._storage_owners.note([out])
