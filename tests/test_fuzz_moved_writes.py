@@ -1,11 +1,11 @@
-"""Writes through a tensor moved onto an input's memory, as the mutation fuzzer found them broken (seed 21 of
-``benchmarks/fuzz_mutation.py``).
+"""Writes through a tensor moved onto an input's memory, and out= onto an input, as the mutation fuzzer found
+them broken (seed 21 of ``benchmarks/fuzz_mutation.py``).
 
 A tensor ``set_()`` onto an input, then restrided (``as_strided_``, ``resize_``) to memory outside the input's
 elements and written there, writes the caller's storage: the input's memory is written though no element of it
-changed (program 439 raised an internal assert). Each case runs against eager with ``tests/oracle.py`` in
-training, under ``no_grad`` and under ``inference_mode``.
-"""
+changed (program 439 raised an internal assert). An op writing ``out=`` an input, a view of that input its
+argument, returns the input, no view taken from the argument (program 1712 recursed without end). Each case runs
+against eager with ``tests/oracle.py`` in training, under ``no_grad`` and under ``inference_mode``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,40 @@ def _program_439_args_again():
     return tuple(a)
 
 
+def _out_onto_input_from_its_view(a0):
+    # out= resizes the input to the view's shape: the result is the input, no view of the argument.
+    v0 = a0.as_strided((2,), (2,), 8)
+    with torch.set_grad_enabled(False):
+        torch.neg(v0, out=a0)
+        v0.add_(1)
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
+def _out_onto_input_then_transposed(a0):
+    # out= of the input's own shape, then its geometry changed and both read.
+    v0 = a0.t()
+    with torch.no_grad():
+        torch.mul(v0, 2, out=a0)
+        a0.t_()
+        v0.add_(1)
+    return (a0 * 1, v0 * 1)
+
+
+def _out_onto_input_from_view_of_view(a0):
+    v0 = a0[1:].as_strided((3,), (1,), 2)
+    with torch.no_grad():
+        torch.add(v0, 1, out=a0)
+    return (a0 + v0,)
+
+
+def _leaf_args():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_(),)
+
+
+def _square_leaf_args():
+    return (torch.randn(4, 4, generator=_gen()).requires_grad_(),)
+
+
 CASES = {
     "set_then_restrided_outside": (_set_then_restrided_outside, _view_of_leaf_and_expanded_args),
     "set_then_restrided_outside_of_plain": (_set_then_restrided_outside, _plain_slice_and_other_args),
@@ -134,6 +168,9 @@ CASES = {
     "set_then_resized_outside": (_set_then_resized_outside, _real_slice_and_other_args),
     "program_439": (_program_439, _program_439_args),
     "program_439_again": (_program_439, _program_439_args_again),
+    "out_onto_input_from_its_view": (_out_onto_input_from_its_view, _leaf_args),
+    "out_onto_input_then_transposed": (_out_onto_input_then_transposed, _square_leaf_args),
+    "out_onto_input_from_view_of_view": (_out_onto_input_from_view_of_view, _leaf_args),
 }
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
