@@ -196,6 +196,10 @@ def collect_meta(
     # Storages a write may have reached outside the elements of the input it went through.
     as_called = fake_ids - {id(w.tensor) for w in recorder.writes if w.metadata_only}
     stray_writes = {w.storage for w, _ in write_roots if not _within_an_input(recorder, w.tensor, as_called)}
+    # Writes into a storage through a tensor set_() moved there (no input of that memory as its root): they
+    # write the memory of the inputs it belongs to, as one through a view of theirs would.
+    own_memory = {id(fake): key for fake, (key, _) in zip(fakes, initial_storages, strict=True)}
+    moved_in_writes = [w for w, root in write_roots if own_memory.get(root) != w.storage]
     input_position: dict[int, UserArg] = {}
     input_storage: dict[int, UserArg] = {}
     for i, fake in enumerate(fakes):
@@ -237,7 +241,7 @@ def collect_meta(
             fake,
             geometry,
             recorder.writes,
-            [w for w, root in write_roots if root == id(fake)],
+            [w for w, root in write_roots if root == id(fake)] + moved_in_writes,
             id(fake) in written_through,
             initial_storage[0] in absolute,  # its own memory: where set_() may have moved it is not the caller's
             recorder.reach.get(initial_storage[0], 0),
@@ -683,8 +687,9 @@ def _input_info(
         w for w in writes if not w.metadata_only and w.storage == key and any(intersect(w.extent, i) for i in intervals)
     ]
     if not data_writes and offset_sensitive:
-        # Only writes through a view of the input at an absolute offset (as_strided) outside its elements:
-        # they still write the caller's memory, so the input is written (its storage, as far as reached).
+        # Only writes through a view of the input (or a tensor set_() onto its memory) at an absolute offset
+        # (as_strided) outside its elements: they still write the caller's memory, so the input is written (its
+        # storage, as far as reached).
         data_writes = [w for w in rooted_writes if w.storage == key]
     metadata_writes = [w for w in writes if w.metadata_only and w.tensor is fake]
     recorded_metadata_writes = [w for w in metadata_writes if w.grad_enabled]

@@ -295,8 +295,9 @@ class FreshViews(TorchFunctionMode):
             out = func(*args, **kwargs)
         if recorded_change:
             self._recorded[id(args[0])] = (recorded, args[0]._version)
-        self._anchor(args[0] if args else None, out)
-        self._note_taken_after(args[0] if args else None, out)
+        if not any(out is t for t in outs):  # an op's out= tensor is no view taken from its first argument
+            self._anchor(args[0] if args else None, out)
+            self._note_taken_after(args[0] if args else None, out)
         changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, geometry_of(t))]
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             changed.append(args[0])
