@@ -19,6 +19,7 @@ from meta.storage import (
 from meta.storage_set import history_taken_again
 
 __all__ = [
+    "STANDS_FOR_LEAF",
     "STANDS_FOR_NO_VIEW",
     "FreshViews",
     "RequiresGradCalls",
@@ -31,6 +32,10 @@ __all__ = [
 # Set on an alias a layer hands the function in place of an input that is no view (``wrappers.metadata_mutation``):
 # eager takes the views of that input again from the input itself, so views of the alias are followed as its.
 STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
+# Set on the view a layer hands the function in place of a leaf it restrided first (to the leaf's final geometry):
+# in that geometry again, the view is the leaf itself, index by index, not ``as_strided`` of its memory (whose
+# backward spreads a gradient evenly over indices sharing an element, an expanded leaf's).
+STANDS_FOR_LEAF = "_aot_stands_for_leaf"
 
 # In-place view methods: they change a tensor's geometry, which autograd on fake tensors
 # does not carry into the view's replay function (see ``FreshViews``).
@@ -83,6 +88,10 @@ def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
     if dtype.is_complex:
         return base == corresponding_real_dtype(dtype)
     return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and geometry_of(a) == geometry_of(b)
 
 
 def _reinterpreted(
@@ -223,6 +232,12 @@ class FreshViews(TorchFunctionMode):
             # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
             fresh = history_taken_again(base, tensor)
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
+        as_leaf = getattr(tensor, STANDS_FOR_LEAF, False) and not self._recorded_changes(tensor)
+        if as_leaf and _same_geometry(tensor, base):
+            fresh = base.view_as(base)
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
