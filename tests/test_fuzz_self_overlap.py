@@ -1,6 +1,7 @@
 """Fuzzer classes of tensors whose indices share memory (seed 21): an ``unfold`` or ``as_strided`` view written
 in part (``index_put_``, ``masked_fill_``, ``index_fill_``, which eager allows), an expanded leaf whose geometry
-changes in place. Each program run in training, under ``no_grad`` and under ``inference_mode``; eager is the
+changes in place; and a view of another dtype (``.real`` of an expanded complex view) whose geometry changes
+under no_grad. Each program run in training, under ``no_grad`` and under ``inference_mode``; eager is the
 oracle."""
 
 from __future__ import annotations
@@ -117,7 +118,45 @@ def _t_and_fill_expanded_leaf_then_mul(a0):
     return (a0 * torch.arange(12.0).view(4, 3),)
 
 
+def _expanded_complex_view():
+    s1 = torch.randn(24, generator=_gen(), dtype=torch.complex64).requires_grad_() * 1
+    return (s1[7:10].expand(2, 3),)
+
+
+def _complex_matrix_view():
+    s1 = torch.randn(24, generator=_gen(), dtype=torch.complex64).requires_grad_() * 1
+    return (s1[7:13].view(2, 3),)
+
+
+# Class 8: a view of another dtype than its base whose geometry changes under no_grad, then used: eager takes
+# its history again by replaying its view ops, which knew nothing of the change, so its backward raises (a
+# gradient of the new shape for a history of the old one); the trace took it by strides in the new geometry.
+def _real_as_strided_under_no_grad(a0):
+    v1 = a0.real
+    with torch.no_grad():
+        v1.as_strided_((2, 2), (4, 2), 4)
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _imag_unsqueeze_under_no_grad(a0):
+    v1 = a0.imag
+    with torch.no_grad():
+        v1.unsqueeze_(0)
+    return (v1 * 2,)
+
+
+def _real_as_strided_same_shape_under_no_grad(a0):
+    v1 = a0.real
+    with torch.no_grad():
+        v1.as_strided_((2, 3), (2, 4), 0)
+    return (v1 * torch.arange(6.0).view(2, 3),)
+
+
 PROGRAMS = {
+    "real_as_strided_under_no_grad": (_real_as_strided_under_no_grad, _expanded_complex_view),
+    "real_as_strided_under_no_grad_of_matrix": (_real_as_strided_under_no_grad, _complex_matrix_view),
+    "imag_unsqueeze_under_no_grad": (_imag_unsqueeze_under_no_grad, _complex_matrix_view),
+    "real_as_strided_same_shape_under_no_grad": (_real_as_strided_same_shape_under_no_grad, _complex_matrix_view),
     "t_and_fill_expanded_leaf_then_mul": (_t_and_fill_expanded_leaf_then_mul, _expanded_leaf),
     "t_expanded_leaf_then_matmul_under_autocast": (
         _t_expanded_leaf_then_matmul_under_autocast,
