@@ -19,6 +19,7 @@ from meta.storage import (
 from meta.storage_set import history_taken_again
 
 __all__ = [
+    "STANDS_FOR_LEAF",
     "STANDS_FOR_NO_VIEW",
     "FreshViews",
     "RequiresGradCalls",
@@ -31,6 +32,10 @@ __all__ = [
 # Set on an alias a layer hands the function in place of an input that is no view (``wrappers.metadata_mutation``):
 # eager takes the views of that input again from the input itself, so views of the alias are followed as its.
 STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
+# Set on the view a layer hands the function in place of a leaf it restrided first (to the leaf's final geometry):
+# in that geometry again, the view is the leaf itself, index by index, not ``as_strided`` of its memory (whose
+# backward spreads a gradient evenly over indices sharing an element, an expanded leaf's).
+STANDS_FOR_LEAF = "_aot_stands_for_leaf"
 
 # In-place view methods: they change a tensor's geometry, which autograd on fake tensors
 # does not carry into the view's replay function (see ``FreshViews``).
@@ -83,6 +88,10 @@ def _reinterpretable(base: torch.dtype, dtype: torch.dtype) -> bool:
     if dtype.is_complex:
         return base == corresponding_real_dtype(dtype)
     return base.is_complex and dtype == corresponding_real_dtype(base)
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and geometry_of(a) == geometry_of(b)
 
 
 def _reinterpreted(
@@ -166,6 +175,10 @@ class FreshViews(TorchFunctionMode):
         # then: once their counter moves, eager takes their history again from the base by strides; autograd
         # on fakes replays their view ops, the in-place change among them (elements it did not span get none).
         self._of_changed_views: dict[int, tuple[torch.Tensor, int]] = {}
+        # Views of another dtype than their base whose geometry changed under no_grad: (the view, its geometry
+        # before). Eager takes their history again by replaying their view ops, which knew no such change: a
+        # history of the old shape, whose backward raises.
+        self._replayed_stale: dict[int, tuple[torch.Tensor, tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -226,6 +239,12 @@ class FreshViews(TorchFunctionMode):
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
+        as_leaf = getattr(tensor, STANDS_FOR_LEAF, False) and not self._recorded_changes(tensor)
+        if as_leaf and _same_geometry(tensor, base):
+            fresh = base.view_as(base)
+            if self._on_fresh is not None:
+                self._on_fresh(fresh, tensor)
+            return fresh
         fresh = base
         # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
         regenerated = torch.is_grad_enabled() and tensor.requires_grad
@@ -233,6 +252,11 @@ class FreshViews(TorchFunctionMode):
             fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
         for geometry in [*self._recorded_changes(tensor), geometry_of(tensor)]:
             fresh = _reinterpreted(fresh, tensor.dtype, geometry)
+        stale = self._replayed_stale.get(id(tensor))
+        if regenerated and stale is not None and stale[0] is tensor:
+            with torch.enable_grad():
+                history = _reinterpreted(base, tensor.dtype, stale[1])
+                fresh = ReplayedHistory.apply(history, fresh)  # type: ignore[no-untyped-call]
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -271,6 +295,7 @@ class FreshViews(TorchFunctionMode):
         )
         if recorded_change:
             recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
+        self._note_replayed_stale(name, args)
         if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
             # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
             # requiring grad) is off: so is it here, the collection and the trace running outside it.
@@ -311,6 +336,19 @@ class FreshViews(TorchFunctionMode):
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _note_replayed_stale(self, name: str, args: Any) -> None:
+        """Before an in-place view op: note a view of another dtype than its base changed where eager's replay
+        of its view ops does not see it (under no_grad); a change in grad mode is seen."""
+        if name not in _INPLACE_VIEW_METHODS or not args or not isinstance(args[0], torch.Tensor):
+            return
+        view = args[0]
+        if view._base is None or view._base.dtype == view.dtype:
+            return
+        if torch.is_grad_enabled():
+            self._replayed_stale.pop(id(view), None)
+        elif not (id(view) in self._replayed_stale and self._replayed_stale[id(view)][0] is view):
+            self._replayed_stale[id(view)] = (view, geometry_of(view))
 
     def _note_taken_after(self, first: Any, out: Any) -> None:
         """Note ``out``, a view taken by an op from ``first``, a tensor whose geometry changed (or a view of one
@@ -358,6 +396,19 @@ def check_inplace_as_eager(tensor: torch.Tensor) -> None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     if base is None and tensor.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+class ReplayedHistory(torch.autograd.Function):
+    """``memory`` (an alias of it) with ``history``, of the geometry it had: the gradient reaches ``history``
+    index by index, as eager's replayed one does; of another shape, the engine refuses it as eager's."""
+
+    @staticmethod
+    def forward(ctx: Any, history: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return memory.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
 
 
 class Unconnected(torch.autograd.Function):

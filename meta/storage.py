@@ -36,6 +36,7 @@ __all__ = [
     "offset_of",
     "one_index_per_element",
     "overlaps",
+    "overlaps_itself",
     "storage_extent",
     "storage_key",
     "storage_numel",
@@ -117,6 +118,19 @@ def expanded_dims(shape: Sequence[int], stride: Sequence[int]) -> list[int]:
     return [
         dim for dim, (size, step) in enumerate(zip(shape, stride, strict=True)) if step == 0 and guard_or_true(size > 1)
     ]
+
+
+def overlaps_itself(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two indices may reach one memory element along dimensions of nonzero stride (an ``unfold``,
+    an ``as_strided`` view): by increasing stride, each must step past everything the smaller ones span."""
+    # A size that depends on data (an unbacked symbol) is not known: each check errs towards overlap.
+    spanned = 0
+    dims = sorted((abs(st), n) for n, st in zip(shape, stride, strict=True) if st != 0 and guard_or_true(n > 1))
+    for step, size in dims:
+        if guard_or_true(step <= spanned):
+            return True
+        spanned += (size - 1) * step
+    return False
 
 
 def touch_interval(tensor: torch.Tensor) -> Extent:

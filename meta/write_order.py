@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.utils._python_dispatch import _disable_current_modes
 
 from meta.alias import written_positions
@@ -30,7 +30,7 @@ from meta.overlap import (
     element_offsets,
     same_data,
 )
-from meta.storage import offset_of, overlaps
+from meta.storage import expanded_dims, offset_of, overlaps, overlaps_itself
 
 __all__ = ["refuse_order_dependent_writes", "refuse_self_overlapping_writes"]
 
@@ -92,20 +92,11 @@ def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], i
 
 
 def _may_overlap_itself(tensor: torch.Tensor) -> bool:
-    """Whether two indices of ``tensor`` may reach one memory element (stride 0 aside): each dimension,
-    by increasing stride, must step past everything the smaller ones span."""
-    # A size that depends on data (an unbacked symbol) is not known: each check errs towards overlap.
+    """Whether two indices of ``tensor`` may reach one memory element, an expanded one aside (eager's own
+    check decides for it)."""
     if tensor.layout != torch.strided or guard_or_false(tensor.numel() <= 1):
         return False
-    spanned = 0
-    dims = sorted(((abs(st), n) for n, st in zip(tensor.shape, tensor.stride(), strict=True) if guard_or_true(n > 1)))
-    for stride, size in dims:
-        if stride == 0:
-            return False  # expanded: eager's own check decides
-        if guard_or_true(stride <= spanned):
-            return True
-        spanned += (size - 1) * stride
-    return False
+    return not expanded_dims(tensor.shape, tensor.stride()) and overlaps_itself(tensor.shape, tensor.stride())
 
 
 def _read_tensors(func: Any, args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:

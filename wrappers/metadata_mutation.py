@@ -47,7 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
 from meta.errors import UnsupportedMutationError
-from meta.fresh_views import STANDS_FOR_NO_VIEW
+from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
 from meta.storage import view_root, whole_storage
 from meta.storage_set import base_as_strided_onto, history_taken_again
@@ -205,6 +205,7 @@ class MetadataMutation:
                 arg = args[arg_idx]
                 source = view_root(arg) if view_root(arg).dtype == arg.dtype else arg
                 working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
+                setattr(working[arg_idx], STANDS_FOR_LEAF, meta.input_info[arg_idx].is_leaf)
             for view_idx, base_idx in views_of_changed:
                 working[view_idx] = _view_of_alias(args[view_idx], working[base_idx])
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
@@ -255,10 +256,12 @@ class MetadataMutation:
         history (see ``_RequiresGradInside``): uses before the call stay untracked, as in eager."""
         meta = outer.meta
         chosen = meta.inputs(
-            lambda info: info.sets_requires_grad
-            and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
-            and info.storage_set_to is None
-            and info.storage_grown_to == 0
+            lambda info: (
+                info.sets_requires_grad
+                and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
+                and info.storage_set_to is None
+                and info.storage_grown_to == 0
+            )
         )
         self._grad_from_inside = chosen
         if not chosen:

@@ -51,7 +51,7 @@ from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
 from meta.errors import DynamicShapesUnsupportedError
-from meta.storage import expanded_dims, storage_extent
+from meta.storage import expanded_dims, overlaps_itself, storage_extent
 
 __all__ = ["FUNCTIONAL_RULES", "INVERSE_VIEWS", "ViewCall", "functional_variant", "functionalize"]
 
@@ -697,7 +697,31 @@ class _Functionalizer:
                 new_value = self.emit(aten.gather.default, new_value, dim, index)
                 changed = self.emit(aten.gather.default, changed, dim, index)
                 size[dim] = 1
+        if overlaps_itself(size, stride):
+            new_value = self._agree_on_shared_elements(current, new_value, size, stride, offset)
         return self.emit(aten.as_strided_scatter.default, current, new_value, size, stride, offset)
+
+    def _agree_on_shared_elements(
+        self, current: fx.Node, new_value: fx.Node, size: list[int], stride: list[int], offset: int
+    ) -> fx.Node:
+        """``new_value`` for a view whose indices share memory elements (an ``unfold``, an ``as_strided``),
+        each element taking the value of its last index whose value changed, at every index reaching it:
+        the scatter then writes one value per element whatever order it writes them in, as eager did."""
+        old = self.emit(aten.as_strided.default, current, size, stride, offset)
+        flat_new = self.emit(aten.reshape.default, new_value, [-1])
+        changed = self.emit(aten.reshape.default, self.emit(aten.ne.Tensor, new_value, old), [-1])
+        numel = _val(flat_new).numel()
+        position = self.emit(aten.arange.default, numel, dtype=torch.int64, device=_val(current).device)
+        end = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1
+        memory = self.emit(aten.arange.default, end, dtype=torch.int64, device=_val(current).device)
+        element = self.emit(aten.as_strided.default, memory, size, stride, offset)
+        element = self.emit(aten.reshape.default, element, [-1])
+        unchanged = self.emit(aten.full.default, [end], -1, dtype=torch.int64, device=_val(current).device)
+        writer = self.emit(aten.where.ScalarOther, changed, position, -1)
+        last_writer = self.emit(aten.scatter_reduce.two, unchanged, 0, element, writer, "amax")
+        chosen = self.emit(aten.index.Tensor, last_writer, [element])
+        source = self.emit(aten.where.self, self.emit(aten.ge.Scalar, chosen, 0), chosen, position)
+        return self.emit(aten.reshape.default, self.emit(aten.index.Tensor, flat_new, [source]), size)
 
     def _restride_like(self, new_value: fx.Node, like: Any) -> fx.Node:
         """``new_value`` in ``like``'s strides: views replayed on it (``as_strided``, ``view``) assume them."""
