@@ -31,6 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext, free_unbacked_symbols
 
 from meta.errors import DataDependentError, DynamicShapesUnsupportedError
+from meta.python_kernels import eager_kernels
 
 __all__ = [
     "Guard",
@@ -149,14 +150,15 @@ def symbolic_inputs(inputs: SymbolicInputs | None) -> Iterator[None]:
     """Compile with ``inputs``' dimensions symbolic (nothing changes for ``None``).
 
     Symbolic sizes need the Python dispatcher: torch's meta functions and
-    decompositions for SymInts are registered there.
+    decompositions for SymInts are registered there (those that disagree with
+    eager corrected, ``meta.python_kernels``).
     """
     if inputs is None:
         yield
         return
     token = _CURRENT.set(inputs)
     try:
-        with enable_python_dispatcher():
+        with enable_python_dispatcher(), eager_kernels():
             yield
     finally:
         _CURRENT.reset(token)
