@@ -28,7 +28,13 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext, free_unbacked_symbols
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    ShapeEnv,
+    StatelessSymbolicContext,
+    free_unbacked_symbols,
+    guard_or_false,
+)
 
 from meta.errors import DataDependentError, DynamicShapesUnsupportedError
 from meta.python_kernels import eager_kernels
@@ -177,7 +183,10 @@ def symbolic_geometry(tensor: torch.Tensor) -> Geometry | None:
 
 
 def span_end(size: Sequence[Any], stride: Sequence[Any], offset: Any) -> Any:
-    """One past the last storage element a non-empty tensor of this geometry reaches (symbolic sizes too)."""
+    """One past the last storage element a tensor of this geometry reaches, ``offset`` for an empty one
+    (symbolic sizes too; a size that depends on data counts as non-empty, an over-approximation)."""
+    if any(guard_or_false(n == 0) for n in size):
+        return offset
     return offset + 1 + sum((n - 1) * step for n, step in zip(size, stride, strict=True))
 
 

@@ -632,6 +632,16 @@ def test_python_dispatcher_kernel_matches_eager(fn: Any, args: tuple[torch.Tenso
     check(fn, args, compiled_fn=aot.aot_function(fn, aot.nop, dynamic=True))
 
 
+# The fake of an empty input was given a storage of negative size (its span's end counted a size-0
+# dimension as reaching one element back), and the compile failed where eager runs.
+@pytest.mark.parametrize("shape", [(0, 0), (0, 0, 0), (2, 0, 3)])
+def test_empty_input(shape: tuple[int, ...]) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.roll(1, 0) * 2
+
+    check(f, (torch.randn(shape, requires_grad=True),), compiled_fn=aot.aot_function(f, aot.nop, dynamic=True))
+
+
 def test_python_kernel_corrections_apply_only_inside_symbolic_traces() -> None:
     x = torch.randn(3)
     with enable_python_dispatcher(), python_kernels.eager_kernels():
