@@ -117,6 +117,5 @@ class _RecordedAsStrided(torch.autograd.Function):
 
 def _reach(geometry: tuple[Any, Any, Any]) -> int:
     """The end of the storage interval a tensor of ``geometry`` (size, stride, offset) spans, in elements."""
-    size, stride, offset = geometry
-    end: int = offset if 0 in size else span_end(size, stride, offset)
+    end: int = span_end(*geometry)
     return end

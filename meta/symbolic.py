@@ -28,9 +28,16 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext, free_unbacked_symbols
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    ShapeEnv,
+    StatelessSymbolicContext,
+    free_unbacked_symbols,
+    guard_or_false,
+)
 
 from meta.errors import DataDependentError, DynamicShapesUnsupportedError
+from meta.python_kernels import eager_kernels
 
 __all__ = [
     "Guard",
@@ -149,14 +156,15 @@ def symbolic_inputs(inputs: SymbolicInputs | None) -> Iterator[None]:
     """Compile with ``inputs``' dimensions symbolic (nothing changes for ``None``).
 
     Symbolic sizes need the Python dispatcher: torch's meta functions and
-    decompositions for SymInts are registered there.
+    decompositions for SymInts are registered there (those that disagree with
+    eager corrected, ``meta.python_kernels``).
     """
     if inputs is None:
         yield
         return
     token = _CURRENT.set(inputs)
     try:
-        with enable_python_dispatcher():
+        with enable_python_dispatcher(), eager_kernels():
             yield
     finally:
         _CURRENT.reset(token)
@@ -175,7 +183,10 @@ def symbolic_geometry(tensor: torch.Tensor) -> Geometry | None:
 
 
 def span_end(size: Sequence[Any], stride: Sequence[Any], offset: Any) -> Any:
-    """One past the last storage element a non-empty tensor of this geometry reaches (symbolic sizes too)."""
+    """One past the last storage element a tensor of this geometry reaches, ``offset`` for an empty one
+    (symbolic sizes too; a size that depends on data counts as non-empty, an over-approximation)."""
+    if any(guard_or_false(n == 0) for n in size):
+        return offset
     return offset + 1 + sum((n - 1) * step for n, step in zip(size, stride, strict=True))
 
 

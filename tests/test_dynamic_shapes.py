@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 
 import aot
 from aot.cache import keys
 from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.errors import BackendCompilerError, DynamicShapesUnsupportedError
+from meta import python_kernels
 from tests.oracle import assert_close, check, derivatives, functional_nop
 
 
@@ -553,8 +555,7 @@ def test_higher_order_derivatives_across_sizes() -> None:
         torch.manual_seed(batch)
         x, w = torch.randn(batch, 6), torch.randn(6, 4)
         results = [
-            derivatives(fn, [x.clone().requires_grad_(), w.clone().requires_grad_()], 3)
-            for fn in (_tanh_sq, compiled)
+            derivatives(fn, [x.clone().requires_grad_(), w.clone().requires_grad_()], 3) for fn in (_tanh_sq, compiled)
         ]
         assert_close(results[1], results[0], grad=True)
     assert len(compiled.entries) == 1
@@ -598,17 +599,55 @@ def test_batch_norm_running_stats_written_under_a_dynamic_batch() -> None:
     assert len(backend.graphs) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch's own decomposition of multilabel_margin_loss_forward (registered for the Python dispatcher, "
-    "which symbolic tracing runs) returns shape [1] for a 1-D input with reduction='none', where eager's kernel "
-    "returns []; torch.compile(backend='aot_eager', dynamic=True) returns [1] too",
+def _multi_margin_loss_of_a_vector(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.multi_margin_loss(x, target, reduction="none")
+
+
+def _multilabel_margin_loss_of_a_vector(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.MultiLabelMarginLoss(reduction="none")(x, target)
+
+
+def _dropout_in_eval(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, 0.5, training=False)
+
+
+def _dropout_of_nothing(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, 0.0, training=True) * 2
+
+
+# torch's Python-dispatcher kernels, which only symbolic traces run, gave a loss of shape [1] where
+# eager's is 0-d, and dropout that drops nothing a copy where eager returns its input (meta.python_kernels).
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        (_multi_margin_loss_of_a_vector, (torch.randn(10, requires_grad=True), torch.tensor(3))),
+        (_multilabel_margin_loss_of_a_vector, (torch.randn(10, requires_grad=True), torch.randint(0, 10, (10,)))),
+        (_dropout_in_eval, (torch.randn(6, 5, requires_grad=True),)),
+        (_dropout_in_eval, (torch.randn(6, 5),)),
+        (_dropout_of_nothing, (torch.randn(6, 5, requires_grad=True),)),
+    ],
+    ids=["multi_margin_loss", "multilabel_margin_loss", "dropout_eval", "dropout_eval_no_grad", "dropout_p0"],
 )
-def test_multilabel_margin_loss_of_a_vector() -> None:
-    loss = torch.nn.MultiLabelMarginLoss(reduction="none")
-    compiled = aot.aot_module(loss, aot.nop, dynamic=True)
-    x, target = torch.randn(10), torch.randint(0, 10, (10,))
-    assert compiled(x, target).shape == loss(x, target).shape
+def test_python_dispatcher_kernel_matches_eager(fn: Any, args: tuple[torch.Tensor, ...]) -> None:
+    check(fn, args, compiled_fn=aot.aot_function(fn, aot.nop, dynamic=True))
+
+
+# The fake of an empty input was given a storage of negative size (its span's end counted a size-0
+# dimension as reaching one element back), and the compile failed where eager runs.
+@pytest.mark.parametrize("shape", [(0, 0), (0, 0, 0), (2, 0, 3)])
+def test_empty_input(shape: tuple[int, ...]) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.roll(1, 0) * 2
+
+    check(f, (torch.randn(shape, requires_grad=True),), compiled_fn=aot.aot_function(f, aot.nop, dynamic=True))
+
+
+def test_python_kernel_corrections_apply_only_inside_symbolic_traces() -> None:
+    x = torch.randn(3)
+    with enable_python_dispatcher(), python_kernels.eager_kernels():
+        assert torch.ops.aten.dropout(x, 0.5, False) is x
+    with enable_python_dispatcher():  # torch's own kernel, unchanged for everyone else
+        assert torch.ops.aten.dropout(x, 0.5, False) is not x
 
 
 def _slice_of_leaf(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
