@@ -148,7 +148,11 @@ def restride_as_eager(func: Any, args: Any, kwargs: dict[str, Any], out: Any) ->
         return
     if any(arg.name == "memory_format" for arg in func._schema.arguments):
         return  # (``clone``: eager keeps the input's strides, as fake kernels do)
-    if not isinstance(out, torch.Tensor) or out.layout != torch.strided or out.numel() == 0:
+    if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+        return
+    if not all(type(n) is int for n in (*out.shape, *out.stride())):
+        return  # (symbolic sizes: a size-1 dimension is specialized, and comparing the others would guard on them)
+    if out.numel() == 0:
         return
     inputs = _tensor_operands(func, args, kwargs, [])
     if not inputs:
