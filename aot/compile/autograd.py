@@ -116,17 +116,22 @@ class HigherOrder:
     held: Sequence[int]
     written: frozenset[int]
     compile: Callable[[], tuple[Callable[..., Any], Sequence[int]]]
+    # Those a layer above restrides in place after the call: held as aliases (with history) in the call's geometry.
+    restrided: frozenset[int] = frozenset()
 
 
 def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
-    if not higher_order.written:
+    if not higher_order.written and not higher_order.restrided:
         return [args[p] for p in higher_order.held]  # the common case, on every call: references only
     held = []
     for p in higher_order.held:
         arg = args[p]
-        if p in higher_order.written and isinstance(arg, torch.Tensor) and not torch.is_inference_mode_enabled():
+        if isinstance(arg, torch.Tensor) and not torch.is_inference_mode_enabled():
             with torch.enable_grad():
-                arg = arg.clone()  # the function's write lands in the caller's tensor after this call
+                if p in higher_order.written:
+                    arg = arg.clone()  # the function's write lands in the caller's tensor after this call
+                elif p in higher_order.restrided:
+                    arg = arg.view_as(arg)  # the caller's tensor changes geometry after this call
         held.append(arg)
     return held
 

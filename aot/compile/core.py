@@ -183,9 +183,12 @@ def runtime_from_graphs(
             return compiled
 
         higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm, compile_function)
-        # Primals the forward saves as they are: the runtime saves aliases in the call's geometry.
+        # Primals the forward saves as they are, of inputs a layer above restrides in place after the call: the
+        # runtime saves aliases in the call's geometry.
         saved = saved_values(forward_gm, len(meta.output_info))
-        saved_primals = [k for k, node in enumerate(saved) if isinstance(node, fx.Node) and node.op == "placeholder"]
+        saved_primals = [
+            k for k, node in enumerate(saved) if isinstance(node, fx.Node) and _restrided_after_call(meta, node)
+        ]
         return make_training_runtime(
             forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order, saved_primals
         )
@@ -230,6 +233,7 @@ def _higher_order(
     held = held_primals(forward_gm, num_outputs)
     placeholders = [node for node in forward_gm.graph.nodes if node.op == "placeholder"]
     written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
+    restrided = frozenset(p for p in held if _restrided_after_call(meta, placeholders[p]))
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
         plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
@@ -255,7 +259,13 @@ def _higher_order(
 
         return call, plan.fed
 
-    return HigherOrder(held, written, compile_higher_order)
+    return HigherOrder(held, written, compile_higher_order, restrided)
+
+
+def _restrided_after_call(meta: ViewAndMutationMeta[GraphArg, GraphOut], node: fx.Node) -> bool:
+    """``node`` is a primal of an input whose geometry a layer above changes in place after the call."""
+    desc = node.meta.get(DESC)
+    return node.op == "placeholder" and isinstance(desc, Primal) and meta.input_info[desc.arg].restrided_after_call
 
 
 def _compile_inference(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
