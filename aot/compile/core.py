@@ -31,7 +31,7 @@ from aot.compile.higher_order import (
     plan_higher_order,
 )
 from aot.compile.input_writes import keep_input_writes
-from aot.compile.partition import saved_values
+from aot.compile.partition import output_values, saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
@@ -190,7 +190,13 @@ def runtime_from_graphs(
             k for k, node in enumerate(saved) if isinstance(node, fx.Node) and _restrided_after_call(meta, node)
         ]
         return make_training_runtime(
-            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order, saved_primals
+            forward,
+            compile_backward,
+            meta,
+            entry.extra.get("backward_writes", ()),
+            higher_order,
+            saved_primals,
+            _passed_through(meta, backward_gm, len(saved)),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
@@ -260,6 +266,16 @@ def _higher_order(
         return call, plan.fed
 
     return HigherOrder(held, written, compile_higher_order, restrided)
+
+
+def _passed_through(
+    meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int
+) -> list[tuple[int, int]]:
+    """(primal, output) pairs where the backward's gradient of the primal is the output's tangent itself."""
+    placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
+    tangent_of = {node: meta.traced_tangents[k] for k, node in enumerate(placeholders[num_saved:])}
+    grads = output_values(backward)[: len(meta.input_info)]
+    return [(p, tangent_of[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
 
 
 def _restrided_after_call(meta: ViewAndMutationMeta[GraphArg, GraphOut], node: fx.Node) -> bool:
