@@ -238,6 +238,9 @@ class InputAliasInfo:
     # With ``moves_history``, of a leaf: ``set_()`` gave it another shape, which eager's gradients of its later
     # uses have (the MetadataMutation layer moves the caller's tensor before the call, see there).
     moves_to_new_shape: bool = False
+    # Below the MetadataMutation layer: that layer changes the caller's tensor's geometry in place after the
+    # call, so what the runtime keeps of it for the backward is an alias in the call's geometry.
+    restrided_after_call: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False

@@ -568,6 +568,7 @@ def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
         fresh_storage_nbytes=0,
         moves_history=False,
         moves_to_new_shape=False,
+        restrided_after_call=info.mutates_metadata,
         **changes,
     )
 

@@ -116,19 +116,32 @@ class HigherOrder:
     held: Sequence[int]
     written: frozenset[int]
     compile: Callable[[], tuple[Callable[..., Any], Sequence[int]]]
+    # Those a layer above restrides in place after the call: held as aliases (with history) in the call's geometry.
+    restrided: frozenset[int] = frozenset()
 
 
 def _hold(args: Sequence[Any], higher_order: HigherOrder) -> list[Any]:
-    if not higher_order.written:
+    if not higher_order.written and not higher_order.restrided:
         return [args[p] for p in higher_order.held]  # the common case, on every call: references only
     held = []
     for p in higher_order.held:
         arg = args[p]
-        if p in higher_order.written and isinstance(arg, torch.Tensor) and not torch.is_inference_mode_enabled():
+        if isinstance(arg, torch.Tensor) and not torch.is_inference_mode_enabled():
             with torch.enable_grad():
-                arg = arg.clone()  # the function's write lands in the caller's tensor after this call
+                if p in higher_order.written:
+                    arg = arg.clone()  # the function's write lands in the caller's tensor after this call
+                elif p in higher_order.restrided:
+                    arg = arg.view_as(arg)  # the caller's tensor changes geometry after this call
         held.append(arg)
     return held
+
+
+def _materialized(grad_outputs: Sequence[Any], like: Sequence[Any]) -> tuple[Any, ...]:
+    """Zeros for the tangents no gradient reached, as autograd materializes them."""
+    return tuple(
+        torch.zeros(out[0], dtype=out[1], device=out[2]) if g is None and out is not None else g
+        for g, out in zip(grad_outputs, like, strict=True)
+    )
 
 
 def _check_versions(held: Sequence[Any], versions: Sequence[int]) -> None:
@@ -211,6 +224,7 @@ def make_training_runtime(
     backward_writes: Sequence[int] = (),
     higher_order: HigherOrder | None = None,
     saved_primals: Sequence[int] = (),
+    passed_through: Sequence[tuple[int, int]] = (),
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -223,6 +237,8 @@ def make_training_runtime(
             after the gradients, and they are copied into the tensors passed there.
         higher_order: how the backward runs with grad mode on; None: as with it off.
         saved_primals: the positions among the saved values where the forward saves a primal itself.
+        passed_through: (primal, output) pairs where the backward returns the output's tangent itself as the
+            primal's gradient: no tangent reaching that output (eager's engine never runs that path), none.
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
@@ -234,6 +250,8 @@ def make_training_runtime(
     # No input requires grad, yet the backward writes one (an autograd.Function's backward reached through a
     # leaf the function made): eager's backward runs it, so the call gets an edge of its own to be run by.
     own_edge = bool(backward_writes) and not any(info.requires_grad for info in meta.input_info)
+    # Tangents materialized here, not by autograd: which ones were None decides those gradients.
+    materialize_here = bool(passed_through)
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
         assert higher_order is not None
@@ -274,10 +292,23 @@ def make_training_runtime(
             ctx.written_primals = [args[p].detach() for p in written_primals] if written_primals else ()
             if non_differentiable:
                 ctx.mark_non_differentiable(*(outputs[i] for i in non_differentiable))
+            if materialize_here:
+                ctx.set_materialize_grads(False)
+                ctx.output_like = [
+                    (o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outputs
+                ]
             return tuple(outputs)
 
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
+            if materialize_here:
+                unreached = {out for out, g in enumerate(grad_outputs) if g is None}
+                grad_outputs = _materialized(grad_outputs, ctx.output_like)
+                return _unreached_none(backward_of(ctx, *grad_outputs), unreached)
+            return backward_of(ctx, *grad_outputs)
+
+        @staticmethod
+        def backward_of(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
             tangents = [
                 restride(grad_outputs[out], spec) for out, spec in zip(tangent_outputs, tangent_specs, strict=True)
             ]
@@ -338,6 +369,17 @@ def make_training_runtime(
                 edges = [t for t in [*held, *tangents] if isinstance(t, torch.Tensor) and t.requires_grad]
                 return _edged(_NoDerivative.apply(refused, list(grads), *edges))  # type: ignore[no-untyped-call]
             return _edged(grads)
+
+    backward_of = CompiledFunction.backward_of
+
+    def _unreached_none(grads: tuple[Any, ...], unreached: set[int]) -> tuple[Any, ...]:
+        if not unreached:
+            return grads
+        cleared = list(grads)
+        for primal, out in passed_through:
+            if out in unreached:
+                cleared[primal] = None
+        return tuple(cleared)
 
     def _edged(grads: tuple[Any, ...]) -> tuple[Any, ...]:
         return (*grads, None) if own_edge else grads

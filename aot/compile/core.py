@@ -31,7 +31,7 @@ from aot.compile.higher_order import (
     plan_higher_order,
 )
 from aot.compile.input_writes import keep_input_writes
-from aot.compile.partition import saved_values
+from aot.compile.partition import output_values, saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
@@ -183,11 +183,20 @@ def runtime_from_graphs(
             return compiled
 
         higher_order = _higher_order(meta, config, entry, forward_gm, backward_gm, compile_function)
-        # Primals the forward saves as they are: the runtime saves aliases in the call's geometry.
+        # Primals the forward saves as they are, of inputs a layer above restrides in place after the call: the
+        # runtime saves aliases in the call's geometry.
         saved = saved_values(forward_gm, len(meta.output_info))
-        saved_primals = [k for k, node in enumerate(saved) if isinstance(node, fx.Node) and node.op == "placeholder"]
+        saved_primals = [
+            k for k, node in enumerate(saved) if isinstance(node, fx.Node) and _restrided_after_call(meta, node)
+        ]
         return make_training_runtime(
-            forward, compile_backward, meta, entry.extra.get("backward_writes", ()), higher_order, saved_primals
+            forward,
+            compile_backward,
+            meta,
+            entry.extra.get("backward_writes", ()),
+            higher_order,
+            saved_primals,
+            _passed_through(meta, backward_gm, len(saved)),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
@@ -230,6 +239,7 @@ def _higher_order(
     held = held_primals(forward_gm, num_outputs)
     placeholders = [node for node in forward_gm.graph.nodes if node.op == "placeholder"]
     written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
+    restrided = frozenset(p for p in held if _restrided_after_call(meta, placeholders[p]))
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]]:
         plan = plan_higher_order(forward_gm, backward_gm, num_outputs)
@@ -255,7 +265,23 @@ def _higher_order(
 
         return call, plan.fed
 
-    return HigherOrder(held, written, compile_higher_order)
+    return HigherOrder(held, written, compile_higher_order, restrided)
+
+
+def _passed_through(
+    meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int
+) -> list[tuple[int, int]]:
+    """(primal, output) pairs where the backward's gradient of the primal is the output's tangent itself."""
+    placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
+    tangent_of = {node: meta.traced_tangents[k] for k, node in enumerate(placeholders[num_saved:])}
+    grads = output_values(backward)[: len(meta.input_info)]
+    return [(p, tangent_of[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
+
+
+def _restrided_after_call(meta: ViewAndMutationMeta[GraphArg, GraphOut], node: fx.Node) -> bool:
+    """``node`` is a primal of an input whose geometry a layer above changes in place after the call."""
+    desc = node.meta.get(DESC)
+    return node.op == "placeholder" and isinstance(desc, Primal) and meta.input_info[desc.arg].restrided_after_call
 
 
 def _compile_inference(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compiler: Any) -> Any:
