@@ -400,6 +400,8 @@ def collect_meta(
         if id(root) in input_position:
             base = input_position[id(root)]
             _refuse_chain_with_traced_tensor(chain, base)
+            if storage_key(out) not in (storage_key(root), initial_storages[base][0]):
+                _refuse_view_on_passed_memory(out_idx, base, names)
             before = chain[-1].key // 1024 < last_write.get(base, -1)
             output_info.append(
                 info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, replay_before_write_back=before)
@@ -834,6 +836,17 @@ def _refuse_moved_after_views(out_idx: int, memory: str) -> None:
         f"aten.set_.source_Tensor: output {out_idx} was set_() onto the memory of {memory} (argument source) after "
         "other outputs were taken as views of it: eager's keep it as their _base, which the compiled function "
         "cannot rebuild; return a clone() of one"
+    )
+
+
+def _refuse_view_on_passed_memory(out_idx: int, base: int, names: Sequence[str]) -> None:
+    """Refuse an output view of input ``base`` taken while set_() had it on memory it left by a later set_():
+    eager's view keeps that memory and the input as its _base; the replay from the caller's tensor (on its
+    final memory) would read the wrong elements."""
+    raise UnsupportedMutationError(
+        f"aten.set_: output {out_idx}, a view of input {base} ({names[base]}), was taken on memory a set_() had "
+        "moved it onto, which a later set_() moved it off: eager's view keeps that memory and the input as its "
+        "_base, which the compiled function cannot rebuild; return a clone() of it"
     )
 
 
