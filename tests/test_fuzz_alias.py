@@ -8,6 +8,7 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
+from tests.functions import DoublesInPlace
 from tests.oracle import MODES, check_in_mode
 
 
@@ -128,21 +129,9 @@ def test_set_source_moved_later(name, mode):
 
 # Class 3 (program 6107 of seed 20): inputs set_() onto one storage the function made (a clone, say): after the
 # call they share it, as eager's do, not each a copy of its own.
-class _DoubledInPlace(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        x.mul_(2)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
-
 def _onto_clone_then_other_onto_it(a0, a1):
     a1.set_(a0.clone())
-    v0 = _DoubledInPlace.apply(a0)
+    v0 = DoublesInPlace.apply(a0)
     v1 = a1.detach()
     v0.set_(v1.detach())
     return (a0, sum(t.real.sum() for t in (a0, a1, v0, v1, a1.clone())))
