@@ -505,10 +505,7 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
         return arg.detach()
     with torch.enable_grad():
         alias: torch.Tensor = torch.ops.aten.alias.default(arg)
-    if arg._base is not None and alias.requires_grad and not arg.is_inference():
-        creation = torch._C._autograd._get_creation_meta(arg)
-        if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
-            torch._C._autograd._set_creation_meta(alias, creation)
+    _mark_as_made(alias, arg)
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
     return alias
@@ -549,11 +546,17 @@ def _view_of_alias(view: torch.Tensor, alias: torch.Tensor) -> torch.Tensor:
         return view  # (a detached alias: no history to take again)
     with torch.enable_grad():
         again = alias.as_strided(view.shape, view.stride(), view.storage_offset())
-    if again.requires_grad and view._base is not None and not view.is_inference():
+    _mark_as_made(again, view)
+    return again
+
+
+def _mark_as_made(alias: torch.Tensor, view: torch.Tensor) -> None:
+    """``alias`` (requiring grad) marked as made where ``view`` was made (under no_grad, as one output of
+    several), if ``view`` is a view: autograd then refuses its history where it refuses ``view``'s."""
+    if view._base is not None and alias.requires_grad and not view.is_inference():
         creation = torch._C._autograd._get_creation_meta(view)
         if creation != torch._C._autograd.CreationMeta.INFERENCE_MODE:
-            torch._C._autograd._set_creation_meta(again, creation)
-    return again
+            torch._C._autograd._set_creation_meta(alias, creation)
 
 
 def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
