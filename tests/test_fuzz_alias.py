@@ -8,7 +8,7 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
-from tests.functions import DoublesInPlace
+from tests.functions import DoublesInPlace, Identity
 from tests.oracle import MODES, check_in_mode
 
 
@@ -316,19 +316,9 @@ def _view_of_intermediate_then_set(a0):
     return (v1, v2)
 
 
-class _Identity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 0.5
-
-
 def _view_of_detach_then_set_onto_function_output(a0):
     with torch.no_grad():
-        v0 = _Identity.apply(a0)
+        v0 = Identity.apply(a0)
     v1 = a0.detach()
     v2 = v1[1:]
     v1.set_(v0.detach())
