@@ -23,7 +23,14 @@ import torch
 import torch.fx as fx
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
-from torch.utils._pytree import SequenceKey, TreeSpec, tree_flatten, tree_flatten_with_path, tree_unflatten
+from torch.utils._pytree import (
+    SequenceKey,
+    TreeSpec,
+    tree_flatten,
+    tree_flatten_with_path,
+    tree_unflatten,
+    treespec_leaf,
+)
 
 from aot import logs, runtime_code
 from aot.backends import nop
@@ -96,12 +103,14 @@ class _CallingConvention:
     out_spec: TreeSpec | None = None
     out_template: list[Any] | None = None
     out_is_tuple_of_tensors: bool = False
+    out_has_size: bool = False
     # The grad mode the function leaves behind when it differs from the caller's (it ran
     # ``torch.set_grad_enabled`` and did not restore it); set after every call, as eager leaves it.
     exit_grad_mode: bool | None = None
 
     def record_outputs(self, out_leaves: list[Any], out_spec: TreeSpec) -> None:
         self.out_spec = out_spec
+        self.out_has_size = _has_size(out_spec)
         self.out_template = [_TENSOR if isinstance(v, torch.Tensor) else v for v in out_leaves]
         self.out_is_tuple_of_tensors = (
             out_spec.type is tuple
@@ -122,7 +131,24 @@ class _CallingConvention:
         for position, value in enumerate(out_leaves):
             if value is _TENSOR:
                 out_leaves[position] = next(tensor_iter)
+        if self.out_has_size:
+            return _unflatten_keeping_sizes(iter(out_leaves), spec)
         return tree_unflatten(out_leaves, spec)
+
+
+def _has_size(spec: TreeSpec) -> bool:
+    return spec.type is torch.Size or any(_has_size(child) for child in spec.children())
+
+
+def _unflatten_keeping_sizes(leaves: Iterator[Any], spec: TreeSpec) -> Any:
+    """``tree_unflatten``, but a ``torch.Size`` comes back a ``torch.Size``: pytree rebuilds it as a plain
+    tuple, where eager's function returned the Size itself (``torch.broadcast_shapes``, ``x.shape``)."""
+    if spec.is_leaf():
+        return next(leaves)
+    children = [_unflatten_keeping_sizes(leaves, child) for child in spec.children()]
+    if spec.type is torch.Size:
+        return torch.Size(children)
+    return tree_unflatten(children, TreeSpec(spec.type, spec.context, [treespec_leaf()] * len(children)))
 
 
 # Leaf position -> the dimensions traced as symbols (``meta.symbolic``).

@@ -137,6 +137,23 @@ def test_non_tensor_arguments_are_specialized():
     assert len(compiled.entries) == 3
 
 
+def test_size_outputs_come_back_as_sizes():
+    # pytree rebuilds a torch.Size as a plain tuple; eager's function returned the Size.
+    def f(x):
+        shape = torch.broadcast_shapes(x.shape, (3, 1))
+        return {"shape": shape, "pair": (x.expand(shape) * 2, x.size())}, torch.Size([])
+
+    compiled = aot.aot_function(f, aot.nop)
+    (x,) = seeded((1, 4))
+    expected = f(x)
+    for _ in range(2):  # the first call, then the entry's generated function
+        out = compiled(x)
+        assert type(out[1]) is type(expected[1]) and out[1] == expected[1]
+        assert type(out[0]["shape"]) is torch.Size and out[0]["shape"] == expected[0]["shape"]
+        assert type(out[0]["pair"][1]) is torch.Size and out[0]["pair"][1] == expected[0]["pair"][1]
+        torch.testing.assert_close(out[0]["pair"][0], expected[0]["pair"][0])
+
+
 def test_module_mlp_parameter_grads():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3))
