@@ -10,7 +10,9 @@ eager. :data:`CORRECTIONS` lists each such kernel with what restores eager's ans
 
 The corrections are installed once in torch's kernel table, each behind a dispatch
 that runs torch's own kernel unchanged outside :func:`eager_kernels` (other threads,
-``torch.compile``, aotfx's static traces never see a difference).
+``torch.compile``, aotfx's static traces never see a difference). :data:`FAKE_CORRECTIONS` does the
+same for FakeTensorMode's own kernels of ops with data-dependent sizes, which only traces on a shape
+environment (symbolic, or with unbacked sizes) run.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 
 import torch
 from torch._C import DispatchKey
+from torch._subclasses import fake_impls
 
-__all__ = ["CORRECTIONS", "eager_kernels"]
+__all__ = ["CORRECTIONS", "FAKE_CORRECTIONS", "eager_kernels"]
 
 aten = torch.ops.aten
 _NO_REDUCTION = 0  # torch.nn._reduction: 'none'
@@ -74,6 +77,24 @@ CORRECTIONS: tuple[tuple[torch._ops.OpOverload, DispatchKey, Correction], ...] =
     (aten.dropout.default, DispatchKey.CompositeImplicitAutograd, _dropout),
 )
 
+
+
+def _masked_select_fake(
+    torch_impl: Callable[..., Any], fake_mode: Any, func: Any, self: torch.Tensor, mask: torch.Tensor
+) -> Any:
+    # Eager selects from self and mask broadcast to one shape; torch's fake kernel bounds the count of
+    # selected elements by self's numel alone, so the trace's runtime assert (count <= numel) failed on a
+    # mask that broadcast self to more elements, where eager runs. Broadcast first, as eager's kernel does.
+    self, mask = torch.broadcast_tensors(self, mask)  # type: ignore[no-untyped-call]
+    return torch_impl(fake_mode, func, self, mask)
+
+
+# (op, correction) of FakeTensorMode's own op implementations (``fake_impls.op_implementations_dict``),
+# applied like CORRECTIONS; a correction receives torch's implementation, then its arguments.
+FAKE_CORRECTIONS: tuple[tuple[torch._ops.OpOverload, Callable[..., Any]], ...] = (
+    (aten.masked_select.default, _masked_select_fake),
+)
+
 _ACTIVE: ContextVar[bool] = ContextVar("aotfx_eager_kernels", default=False)
 _INSTALL_LOCK = threading.Lock()
 _installed = False
@@ -99,6 +120,10 @@ def _install() -> None:
                 continue
             op.py_kernels[key] = _dispatching(torch_kernel, correction)
             op._dispatch_cache.clear()  # the Python dispatcher caches the kernel it resolved per key
+        for op, correction in FAKE_CORRECTIONS:
+            torch_impl = fake_impls.op_implementations_dict.get(op)
+            if torch_impl is not None:
+                fake_impls.op_implementations_dict[op] = _dispatching(torch_impl, correction)
         _installed = True
 
 

@@ -95,6 +95,11 @@ def _mask_assigned_into_input(x):
     return x
 
 
+def _masked_select_broadcast(x, y):
+    # The mask broadcasts x's one column to four: more elements selected than x has.
+    return torch.masked_select(x[:, :1], y > -0.5).sin()
+
+
 def _one_mask_twice(x, y):
     # Two nonzero calls on one mask: the trace assumes their counts equal, which they are.
     mask = x > 0
@@ -116,6 +121,7 @@ PROGRAMS: list[Callable[..., Any]] = [
     _mask_maybe_empty,
     _count_as_size,
     _one_mask_twice,
+    _masked_select_broadcast,
     _picks_written_then_viewed,
     _mask_assigned_into_input,
 ]
@@ -141,7 +147,7 @@ def test_data_dependent_size_matches_eager(fn: Callable[..., Any], dynamic: bool
         check(fn, _args(fn, 3, rows=9), compiled_fn=compiled)
         # training, no_grad: one entry each, whatever the counts (and the rows, but where a fake kernel of
         # torch's specializes them: masked_select's, as under torch.compile)
-        assert len(compiled.entries) == (3 if fn is _masked_select else 2)
+        assert len(compiled.entries) == (3 if fn in (_masked_select, _masked_select_broadcast) else 2)
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
