@@ -166,6 +166,9 @@ def collect_meta(
     # Leaves set_() moved to another shape: differentiated, the MetadataMutation layer moves the caller's first.
     reshaped = set()
     for i, fake in enumerate(fakes):
+        geometry, storage = initial_geometry[i], initial_storages[i][0]
+        if initially_requiring_grad[i] and _reshaped_then_moved(recorder, fake, geometry, storage, outs):
+            recorder.reshaped_leaves.setdefault(id(fake), 0)  # (its moves began before the set_())
         if not differentiated or id(fake) not in recorder.reshaped_leaves:
             continue
         # Moved within its own memory, the caller's tensor cannot be moved first beside its old self; an
@@ -453,6 +456,41 @@ def collect_meta(
         needs_fresh_views,
         reseeds.found,
     )
+
+
+def _reshaped_then_moved(
+    recorder: ViewRecorder, fake: torch.Tensor, initial: Any, initial_storage: int, outs: Sequence[Any]
+) -> bool:
+    """A leaf input set_() under no_grad onto other memory, ending in another shape than the caller's which a
+    geometry change under no_grad gave it and the set_() kept (``ViewRecorder.reshaped_leaves`` has the moves
+    a set_() itself reshapes), its final shape differentiated by the outputs and no other before: eager's
+    gradient has that shape, so the caller's tensor is moved first, as for those. (Where an autograd.Function
+    may have taken the leaf, refused for those: left as it was, the backward raising on the shapes.)"""
+    leaf = fake._base is None and fake.requires_grad and is_leaf_safely(fake)
+    moved = storage_key(fake) != initial_storage and id(fake) not in recorder.recorded_sets
+    # Eager's gradient accumulator has the shape the leaf had when an op first differentiated it: the final one.
+    shape = tuple(fake.shape)
+    moved = moved and shape != tuple(initial[0]) and recorder.differentiated_leaves.get(id(fake), shape) == shape
+    return leaf and moved and _reaches(fake, outs) and not _applied_function_to(fake, outs)
+
+
+def _reaches(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
+    """Whether the outputs' history reaches ``leaf`` (an output whose history autograd on fakes fails to take
+    again is judged as not reaching it)."""
+    seen: set[int] = set()
+    stack: list[Any] = []
+    for out in outs:
+        with contextlib.suppress(Exception):
+            stack.append(out.grad_fn)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if getattr(node, "variable", None) is leaf:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:

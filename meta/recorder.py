@@ -128,9 +128,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
         self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
         self._accumulating: set[int] = set()
-        # Those an op other than a view read (or read through a view): a gradient of their shape then reaches
-        # them; a view's own history is taken again after a set_() (see ``reshaped_leaves``).
-        self._differentiated_leaves: set[int] = set()
+        # Those an op other than a view read (or read through a view), and their shape at the first: a gradient of
+        # that shape then reaches them, and their accumulator keeps it; a view's own history is taken again after
+        # a set_() or a geometry change (see ``reshaped_leaves``).
+        self.differentiated_leaves: dict[int, tuple[int, ...]] = {}
         # Leaf inputs requiring grad that set_() under no_grad moved to another shape, by id: the clock then.
         # Eager's gradients of their later uses have the new shape (views taken before take their history
         # again from the leaf in it); ``collect_meta`` hands them to the MetadataMutation layer where an output
@@ -323,7 +324,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     if id(root) in self._grad_leaves and root.requires_grad:
                         self._accumulating.add(id(root))
                         if differentiates:
-                            self._differentiated_leaves.add(id(root))
+                            self.differentiated_leaves.setdefault(id(root), tuple(root.shape))
 
     def _refuse_set_of_input_with_history(
         self, func: Any, tensor: torch.Tensor, before: tuple[int, tuple[tuple[int, ...], tuple[int, ...], int]]
@@ -345,7 +346,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if reshaped is not None or (leaf and not leaf_same_shape and id(tensor) in self._alias_sources):
             # Moved to another shape: exact where no gradient of another shape reaches the leaf, that is
             # where no op but a view read it before, and this is its only move.
-            if reshaped is None and id(tensor) not in self._differentiated_leaves:
+            if reshaped is None and id(tensor) not in self.differentiated_leaves:
                 self.reshaped_leaves[id(tensor)] = self.clock
             elif self.set_refusal is None:
                 self.set_refusal = (func, tensor)

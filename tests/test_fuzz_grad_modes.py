@@ -275,7 +275,67 @@ def _slice_of_non_leaf_and_plain():
         return ((_randn(12).requires_grad_() * 1)[2:8], torch.randn(6, generator=torch.Generator().manual_seed(1)))
 
 
+def _dirty_function_then_input_set_(a0, a1):
+    # Seed 22 class 5 (program 997): the same Function on an input merged into a synthetic base (its set_() makes
+    # its offset matter; or it overlaps a written input), then the input itself set_() elsewhere: eager's output,
+    # a detached alias, stays on the old memory. The layer's copy of the base, made under the caller's no_grad,
+    # required no grad: the Function returned the member itself, and the set_() moved it too.
+    v0 = DoublesInPlace.apply(a0)
+    a0.set_(a1.detach())
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _dirty_function_on_written_member(a0, a1):
+    a1.add_(1)
+    v0 = DoublesInPlace.apply(a0)
+    return v0 * 1, v0.requires_grad, v0 is a0
+
+
+def _requires_grad_read_of_written_member(a0, a1):
+    a0.mul_(2)
+    return (a0 * (2 if a0.requires_grad else 3)).sum(), a1
+
+
+def _enable_grad_read_of_member(a0, a1):
+    # A slice made under no_grad is a leaf of its own: its reads in an enable_grad region record (the merged
+    # member's gradient goes to it through a Function, which recorded nothing under no_grad).
+    with torch.enable_grad():
+        v0 = (a0 * 2).sum()
+    a1.mul_(2)
+    return v0, a0.requires_grad
+
+
+def _enable_grad_write_of_member(a0, a1):
+    # The member written with grad mode on is no view made under no_grad, as eager's made in grad mode is not.
+    with torch.enable_grad():
+        a0.mul_(a1.detach())
+    return a0.sum(), a1
+
+
+def _two_slices_of_leaf():
+    s0 = _randn(15).requires_grad_()
+    return (s0[5:10], s0[10:15])
+
+
+def _overlapping_slices_of_leaf():
+    s0 = _randn(15).requires_grad_()
+    return (s0[3:8], s0[5:10])
+
+
+def _slices_of_non_leaf(lo0: int, lo1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.enable_grad():  # made in grad mode under the caller's no_grad too
+        s0 = _randn(15).requires_grad_() * 1
+    return (s0[lo0 : lo0 + 5], s0[lo1 : lo1 + 5])
+
+
 CASES = {
+    "dirty_function_then_input_set_of_slices": (_dirty_function_then_input_set_, _two_slices_of_leaf),
+    "dirty_function_then_input_set_of_overlapping": (_dirty_function_then_input_set_, _overlapping_slices_of_leaf),
+    "dirty_function_then_input_set_of_non_leaf": (_dirty_function_then_input_set_, lambda: _slices_of_non_leaf(3, 5)),
+    "dirty_function_on_written_member": (_dirty_function_on_written_member, _overlapping_slices_of_leaf),
+    "requires_grad_read_of_written_member": (_requires_grad_read_of_written_member, _overlapping_slices_of_leaf),
+    "enable_grad_read_of_member": (_enable_grad_read_of_member, _overlapping_slices_of_leaf),
+    "enable_grad_write_of_member": (_enable_grad_write_of_member, lambda: _slices_of_non_leaf(5, 10)),
     "dirty_function_output_set_of_leaf": (_dirty_function_output_set_, _leaf_and_plain),
     "dirty_function_output_set_of_view": (_dirty_function_output_set_, _slice_of_non_leaf_and_plain),
     "dirty_function_output_unsqueeze_of_leaf": (_dirty_function_output_unsqueeze_, _leaf_and_plain),
@@ -304,12 +364,6 @@ CASES = {
 # Classes not fixed yet, strict so that a fix shows.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("set_under_enable_grad_then_data_fill_", "no_grad"): "returned input requires_grad False (seed 5 class 8)",
-    ("dirty_function_output_unsqueeze_of_view", "no_grad"): (
-        "a mark_dirty Function's output under no_grad, unsqueeze_()d: collect sees the input restrided, so the "
-        "metadata layer restrides the caller's view first and the synthetic base's member-by-member write-back "
-        "(h-cols) copies the [6] value into its [1, 6] geometry: RuntimeError where eager runs (the whole-base "
-        "write-back before hid it)"
-    ),
 }
 
 

@@ -283,25 +283,32 @@ class SyntheticBase:
                 # The base is read, never written: the members are views of a copy of it, if written. Else of
                 # the base itself: an autograd.Function's backward writing a member it saved writes the input.
                 base = inner_args[len(plain) + k]
-                # At the base's storage offset: ops reading the members' offsets (view_as_complex wants them
-                # even) judge them as eager's.
-                copy = clone_at_offset(base) if cluster.written else base
-                copies.append(copy)
-                for m in cluster.members:
-                    size, stride, offset = geometry[m]
-                    member = copy.as_strided(size, stride, copy.storage_offset() + offset)
-                    working[m] = member
-                    if m in detached:
-                        working[m] = member.data if m in own_counter else member.detach()
-                    if m in rerouted:
-                        own = inner_args[first_rerouted + rerouted.index(m)]
-                        if m in own_leaves:  # its gradient covers its own elements
-                            working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
-                            continue
-                        # The base's memory with the member's own history (its root over the same span): views
-                        # of it, as_strided ones too, reach every element the member's root has there.
-                        own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
-                        working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
+                # Made in grad mode where the members require grad, whatever the caller's, as the caller's
+                # members are: under no_grad a copy, its views and the Functions rerouting members' gradients
+                # would need none, and the function reads that (``requires_grad``; an autograd.Function returns
+                # a detached alias of an input requiring grad, the input itself otherwise); an enable_grad region
+                # writing a member would find a view made under no_grad.
+                rerouted_here = any(m in rerouted for m in cluster.members)
+                with torch.set_grad_enabled(torch.is_grad_enabled() or base.requires_grad or rerouted_here):
+                    # At the base's storage offset: ops reading the members' offsets (view_as_complex wants them
+                    # even) judge them as eager's.
+                    copy = clone_at_offset(base) if cluster.written else base
+                    copies.append(copy)
+                    for m in cluster.members:
+                        size, stride, offset = geometry[m]
+                        member = copy.as_strided(size, stride, copy.storage_offset() + offset)
+                        working[m] = member
+                        if m in detached:
+                            working[m] = member.data if m in own_counter else member.detach()
+                        if m in rerouted:
+                            own = inner_args[first_rerouted + rerouted.index(m)]
+                            if m in own_leaves:  # its gradient covers its own elements
+                                working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
+                                continue
+                            # The base's memory with the member's own history (its root over the same span):
+                            # views of it, as_strided ones too, reach every element the member's root has there.
+                            own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                            working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
             outs = list(flat_fn(*working))
             new_values = [
                 copy if cluster.whole else working[m]
