@@ -1,0 +1,109 @@
+"""Fuzzer classes of geometry changes and aliasing (seed 22, ``benchmarks/fuzz_findings.md``): a view of an
+intermediate taken after the intermediate's own geometry changed in place. Each class as its smallest program
+and close variants, run in training, under ``no_grad`` and under ``inference_mode``; eager is the oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.functions import Identity, WithSign
+from tests.oracle import check_in_mode, mode_params
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+# Class 3 (program 579): an intermediate changed in place (``transpose_``), then viewed. Eager's view has the
+# intermediate itself as its ``_base``; the chain replayed the change on an alias of the graph's output (its
+# final value), which became the view's ``_base`` instead of the output.
+
+
+def _transposed_then_unfolded(a0):
+    v0 = a0 @ a0.mT
+    v0.transpose_(0, -1)
+    v1 = v0.unfold(0, 2, 1)
+    return (v0, v1)
+
+
+def _viewed_before_and_after_t(a0):
+    v0 = a0 * 2
+    v1 = v0[1:]
+    v0.t_()
+    v2 = v0.unsqueeze(0)
+    return (v0, v1, v2)
+
+
+def _two_changes_then_viewed(a0):
+    v0 = a0 * 2
+    v0.t_()
+    v0.unsqueeze_(0)
+    v1 = v0[0, 1:]
+    return (v1, v0)
+
+
+def _as_strided_then_selected(a0):
+    v0 = a0 * 2
+    v0.as_strided_((2, 3), (1, 2), 1)
+    v1 = v0.select(1, 2)
+    return (v0, v1)
+
+
+def _changes_between_views(a0):
+    v0 = a0 + 1
+    v0.t_()
+    v1 = v0[:, 1:]
+    v0.squeeze_()
+    v0.unsqueeze_(1)
+    v2 = v0.diagonal()
+    return (v2, v0, v1)
+
+
+def _resized_within_then_viewed(a0):
+    v0 = a0 * 2
+    v0.resize_(2, 5)
+    v1 = v0[1]
+    return (v0, v1)
+
+
+def _unreturned_root_two_views(a0):
+    v0 = a0 * 2
+    v0.t_()
+    return (v0[1:], v0.unfold(0, 2, 1))
+
+
+def _function_output_t_then_viewed(a0):
+    v0, _ = WithSign.apply(a0)
+    v0.t_()
+    return (v0, v0[1:], Identity.apply(v0).sum())
+
+
+def _expanded_column():
+    return (_randn(3, 1).expand(3, 4).detach().requires_grad_(),)
+
+
+def _leaf():
+    return (_randn(3, 4).requires_grad_(),)
+
+
+PROGRAMS = {
+    # class 3
+    "transposed_then_unfolded": (_transposed_then_unfolded, _expanded_column),
+    "viewed_before_and_after_t": (_viewed_before_and_after_t, _leaf),
+    "two_changes_then_viewed": (_two_changes_then_viewed, _expanded_column),
+    "as_strided_then_selected": (_as_strided_then_selected, _leaf),
+    "changes_between_views": (_changes_between_views, _leaf),
+    "resized_within_then_viewed": (_resized_within_then_viewed, _expanded_column),
+    "unreturned_root_two_views": (_unreturned_root_two_views, _leaf),
+    "function_output_t_then_viewed": (_function_output_t_then_viewed, _leaf),
+}
+
+# Strict xfails: (name, mode) -> why it still differs.
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
+def test_geometry_class(name, mode):
+    fn, make_args = PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
