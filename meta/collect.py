@@ -50,6 +50,7 @@ from meta.storage import (
     storage_key,
     touch_interval,
     view_root,
+    whole_storage_in,
 )
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -533,19 +534,11 @@ def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int, dtype: 
     under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative). A geometry
     in ``dtype``'s elements (the tensor set_() onto a view of another dtype) is taken on its memory in it."""
     if dtype is not None and dtype != tensor.dtype:
-        tensor = _whole_storage_in(tensor, dtype)
+        tensor = whole_storage_in(tensor, dtype)
     source = tensor.as_strided(size, stride, offset)
     plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     plain.set_(source)  # type: ignore[call-overload]
     return plain
-
-
-def _whole_storage_in(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``tensor``'s whole storage from its start, as a 1-D view in ``dtype``'s elements."""
-    whole = tensor.as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0)
-    if whole.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == whole.element_size():
-        whole = torch.view_as_real(whole).flatten()  # (differentiable, as view(dtype) is not)
-    return whole if whole.dtype == dtype else whole.view(dtype)
 
 
 @contextlib.contextmanager

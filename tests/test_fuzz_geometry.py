@@ -1,6 +1,7 @@
 """Fuzzer classes of geometry changes and aliasing (seed 22, ``benchmarks/fuzz_findings.md``): a view of an
-intermediate taken after the intermediate's own geometry changed in place. Each class as its smallest program
-and close variants, run in training, under ``no_grad`` and under ``inference_mode``; eager is the oracle."""
+intermediate taken after the intermediate's own geometry changed in place, and ``set_()`` onto a view of a
+complex input in its real dtype. Each class as its smallest program and close variants, run in training, under
+``no_grad`` and under ``inference_mode``; eager is the oracle."""
 
 from __future__ import annotations
 
@@ -87,6 +88,44 @@ def _leaf():
     return (_randn(3, 4).requires_grad_(),)
 
 
+# Class 6 (program 1091): ``a1.set_(a0.real)``, a0 complex, a1 a non-leaf requiring grad (eager records the
+# set_()). The caller's a1 was set_() onto the complex memory by a geometry in float elements: out of bounds.
+
+
+def _set_onto_real(a0, a1):
+    a1.set_(a0.real)
+    return ()
+
+
+def _set_onto_imag(a0, a1):
+    a1.set_(a0.imag)
+    return ()
+
+
+def _set_onto_imag_row_then_used(a0, a1):
+    a1.set_(a0.imag[1])
+    return (a1 * 1,)
+
+
+def _set_onto_real_returned(a0, a1):
+    a1.set_(a0.real)
+    return (a1, a0)
+
+
+def _set_onto_real_of_output(a0, a1):
+    v = (a0 * 2).t()
+    a1.set_(v.imag)
+    return (v, a1)
+
+
+def _transposed_complex_and_non_leaf():
+    return (_randn(2, 3, dtype=torch.complex64).t(), _randn(2, 3, 4).requires_grad_() * 1)
+
+
+def _complex_requiring_grad_and_non_leaf():
+    return (_randn(2, 3, dtype=torch.complex64).requires_grad_(), _randn(2, 3, 4).requires_grad_() * 1)
+
+
 PROGRAMS = {
     # class 3
     "transposed_then_unfolded": (_transposed_then_unfolded, _expanded_column),
@@ -97,6 +136,12 @@ PROGRAMS = {
     "resized_within_then_viewed": (_resized_within_then_viewed, _expanded_column),
     "unreturned_root_two_views": (_unreturned_root_two_views, _leaf),
     "function_output_t_then_viewed": (_function_output_t_then_viewed, _leaf),
+    # class 6
+    "set_onto_real": (_set_onto_real, _transposed_complex_and_non_leaf),
+    "set_onto_imag": (_set_onto_imag, _complex_requiring_grad_and_non_leaf),
+    "set_onto_imag_row_then_used": (_set_onto_imag_row_then_used, _transposed_complex_and_non_leaf),
+    "set_onto_real_returned": (_set_onto_real_returned, _complex_requiring_grad_and_non_leaf),
+    "set_onto_real_of_output": (_set_onto_real_of_output, _complex_requiring_grad_and_non_leaf),
 }
 
 # Strict xfails: (name, mode) -> why it still differs.
