@@ -1,7 +1,8 @@
 """Fuzzer classes of geometry changes and aliasing (seed 22, ``benchmarks/fuzz_findings.md``): a view of an
-intermediate taken after the intermediate's own geometry changed in place, and ``set_()`` onto a view of a
-complex input in its real dtype. Each class as its smallest program and close variants, run in training, under
-``no_grad`` and under ``inference_mode``; eager is the oracle."""
+intermediate taken after the intermediate's own geometry changed in place, ``set_()`` onto a view of a complex
+input in its real dtype, and a geometry change of an input view whose base the call wrote. Each class as its
+smallest program and close variants, run in training, under ``no_grad`` and under ``inference_mode``; eager is
+the oracle."""
 
 from __future__ import annotations
 
@@ -126,6 +127,49 @@ def _complex_requiring_grad_and_non_leaf():
     return (_randn(2, 3, dtype=torch.complex64).requires_grad_(), _randn(2, 3, 4).requires_grad_() * 1)
 
 
+# Class 7 (program 1348): an input view of a plain tensor written from one requiring grad (``copy_``), then its
+# geometry changed (``t_``). The write-back went through the view's base; the view's own history, taken again
+# only when asked, was not, and autograd judged the view a leaf requiring grad and refused the change.
+
+
+def _copied_then_t(a0, a1):
+    a0.copy_(a1)
+    a0.t_()
+    return (sum(t.real.sum() for t in (a0, a1)),)
+
+
+def _copied_then_unsqueezed_returned(a0, a1):
+    a0.copy_(a1)
+    a0.unsqueeze_(0)
+    return (a0, a1 * 1)
+
+
+def _added_then_as_strided(a0, a1):
+    a0.add_(a1)
+    a0.as_strided_((2,), (1,), a0.storage_offset())
+    return (a0 * 2,)
+
+
+def _copied_written_then_squeezed(a0, a1):
+    a0.copy_(a1)
+    a0.unsqueeze_(0)
+    a0.add_(1)
+    a0.squeeze_(0)
+    return (a0,)
+
+
+def _column_and_view_requiring_grad():
+    return (_randn(24)[2:14].view(3, 4)[:, 0], _randn(24).requires_grad_()[7:10])
+
+
+def _slice_and_leaf():
+    return (_randn(24)[2:5], _randn(3).requires_grad_())
+
+
+def _strided_rows_and_non_leaf():
+    return (_randn(4, 6)[1:3, ::2], _randn(2, 3).requires_grad_() * 1)
+
+
 PROGRAMS = {
     # class 3
     "transposed_then_unfolded": (_transposed_then_unfolded, _expanded_column),
@@ -142,6 +186,11 @@ PROGRAMS = {
     "set_onto_imag_row_then_used": (_set_onto_imag_row_then_used, _transposed_complex_and_non_leaf),
     "set_onto_real_returned": (_set_onto_real_returned, _complex_requiring_grad_and_non_leaf),
     "set_onto_real_of_output": (_set_onto_real_of_output, _complex_requiring_grad_and_non_leaf),
+    # class 7
+    "copied_then_t": (_copied_then_t, _column_and_view_requiring_grad),
+    "copied_then_unsqueezed_returned": (_copied_then_unsqueezed_returned, _slice_and_leaf),
+    "added_then_as_strided": (_added_then_as_strided, _column_and_view_requiring_grad),
+    "copied_written_then_squeezed": (_copied_written_then_squeezed, _strided_rows_and_non_leaf),
 }
 
 # Strict xfails: (name, mode) -> why it still differs.

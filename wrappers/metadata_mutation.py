@@ -393,6 +393,11 @@ class MetadataMutation:
                     v = counters.before_of(before, arg_idx)
                     assert v is not None
                     set_versions([target], [v + info.version_bumps - 1])
+                if recorded and target.requires_grad:
+                    # A view whose base the layers below wrote back into (eager wrote through the view) has its
+                    # history taken again only when asked: unasked, autograd judges it a leaf requiring grad and
+                    # refuses the change eager made.
+                    target.grad_fn  # noqa: B018
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
                 if not recorded and info.version_bumps:
