@@ -39,7 +39,7 @@ from meta.overlap import (
     EagerOverlapChecks,
     is_overlap_error,
 )
-from meta.recorder import ABSOLUTE_OFFSET_OPS, ViewRecorder, Write, set_within
+from meta.recorder import ABSOLUTE_OFFSET_OPS, SET_TWINS, ViewRecorder, Write, set_within
 from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
@@ -50,6 +50,7 @@ from meta.storage import (
     storage_key,
     touch_interval,
     view_root,
+    whole_storage_in,
 )
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -65,10 +66,6 @@ from meta.view_and_mutation import (
 __all__ = ["collect_meta", "raised_by_eager_backward"]
 # Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
 _GROWN_ROOT_KEY = 2**50
-# ``set_``'s out-of-place twins, as a recorded step of a view chain.
-_SET_TWINS = frozenset(
-    {aten.set.source_Tensor, aten.set.source_Storage, aten.set.source_Storage_storage_offset, set_within}
-)
 
 
 @contextlib.contextmanager
@@ -350,7 +347,7 @@ def collect_meta(
         # A tensor set_() onto an input's memory (no view) is that memory in its geometry, whatever it was before;
         # but the object other outputs are views of is replayed and moved itself, after them (their _base).
         set_onto = out._base is None and storage_key(out) in input_storage
-        set_onto = set_onto and any(step.op in _SET_TWINS for step in chain)
+        set_onto = set_onto and any(step.op in SET_TWINS for step in chain)
         if set_onto and id(root) in input_position and _viewed_before_move(chain, out_idx, chain_keys):
             replayable = not _holds_traced_tensor(_sources_as_offsets(chain, root, root_geometry))
             # (Not moved with a history, by a set_() autograd may have recorded, which no replay knows of.)
@@ -575,19 +572,11 @@ def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int, dtype: 
     under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative). A geometry
     in ``dtype``'s elements (the tensor set_() onto a view of another dtype) is taken on its memory in it."""
     if dtype is not None and dtype != tensor.dtype:
-        tensor = _whole_storage_in(tensor, dtype)
+        tensor = whole_storage_in(tensor, dtype)
     source = tensor.as_strided(size, stride, offset)
     plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     plain.set_(source)  # type: ignore[call-overload]
     return plain
-
-
-def _whole_storage_in(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``tensor``'s whole storage from its start, as a 1-D view in ``dtype``'s elements."""
-    whole = tensor.as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0)
-    if whole.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == whole.element_size():
-        whole = torch.view_as_real(whole).flatten()  # (differentiable, as view(dtype) is not)
-    return whole if whole.dtype == dtype else whole.view(dtype)
 
 
 @contextlib.contextmanager
@@ -830,7 +819,7 @@ def _sources_as_offsets(
 
     ``root_geometry``: the geometry ``root`` had when the first step was taken from it (its geometry may
     have changed in place since), where the view sat before each ``set_()`` is found from."""
-    if not any(step.op in _SET_TWINS and step.args and isinstance(step.args[0], torch.Tensor) for step in chain):
+    if not any(step.op in SET_TWINS and step.args and isinstance(step.args[0], torch.Tensor) for step in chain):
         return chain
     start = root
     if root_geometry is not None and chain[0].from_geometry is None:
@@ -838,7 +827,7 @@ def _sources_as_offsets(
             start = root.as_strided(*root_geometry)
     steps = list(chain)
     for i, step in enumerate(steps):
-        source = step.args[0] if step.op in _SET_TWINS and step.args else None
+        source = step.args[0] if step.op in SET_TWINS and step.args else None
         if not isinstance(source, torch.Tensor) or storage_key(source) != storage_key(root):
             continue
         try:

@@ -34,7 +34,7 @@ from meta.view_and_mutation import (
 )
 from meta.write_order import refuse_order_dependent_writes, refuse_self_overlapping_writes
 
-__all__ = ["ABSOLUTE_OFFSET_OPS", "SET_OPS", "ViewRecorder", "Write", "base_state"]
+__all__ = ["ABSOLUTE_OFFSET_OPS", "SET_OPS", "SET_TWINS", "ViewRecorder", "Write", "base_state"]
 
 
 # Ops whose result depends on where a tensor sits in its storage (absolute storage offsets),
@@ -458,18 +458,25 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if node is None or node.tensor is not tensor or stop(tensor):
             return tensor, (), None
         steps: list[ViewStep] = []
-        geometry = None
+        geometries: list[tuple[tuple[int, ...], tuple[int, ...], int] | None] = []
         while node.parent is not None:
             assert node.step is not None
             called = self.made_require_grad.get(id(node.tensor)) is node.tensor
             steps.append(_with_requires_grad_set(node.step, node.tensor, called))
-            geometry = node.parent_geometry
+            geometries.append(node.parent_geometry)
             node = node.parent
             if stop(node.tensor):
                 break
         if node.tensor is tensor:
             return tensor, (), None  # only in-place metadata changes of a tensor that is no view
-        return node.tensor, tuple(reversed(steps)), geometry
+        root = node.tensor
+        # The root's own geometry changes (``v.transpose_()`` before ``v.unfold()``) are no steps of the chain:
+        # eager's view has the root object itself as its ``_base``, taken in the geometry the root had then.
+        # (A set_() of the root stays a step: it moved the root to other memory.)
+        while len(steps) > 1 and steps[-1].in_place and steps[-1].op not in SET_TWINS:
+            steps.pop()
+            geometries.pop()
+        return root, tuple(reversed(steps)), geometries[-1]
 
     def made_by_custom_function(self, tensor: torch.Tensor, depth: int) -> bool:
         """Whether ``tensor``'s history goes through an autograd.Function's output among the ``depth - 1``
@@ -554,6 +561,12 @@ def _set_twin(source: torch.Tensor, set_from: Any) -> tuple[Any, tuple[Any, ...]
 def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
     """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
     return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
+
+
+# ``set_``'s out-of-place twins, as a recorded step of a view chain.
+SET_TWINS = frozenset(
+    {aten.set.source_Tensor, aten.set.source_Storage, aten.set.source_Storage_storage_offset, set_within}
+)
 
 
 def _out_of_place_view(op: Any) -> Any:

@@ -43,6 +43,7 @@ __all__ = [
     "touch_interval",
     "view_root",
     "whole_storage",
+    "whole_storage_in",
 ]
 
 # A half-open interval ``[start, end)`` of storage elements.
@@ -315,3 +316,11 @@ def whole_storage(tensor: torch.Tensor) -> torch.Tensor:
     """All of ``tensor``'s storage (elements of its dtype), as a 1-D tensor from the storage's start."""
     numel = int(tensor.untyped_storage().nbytes()) // tensor.element_size()
     return tensor.detach().as_strided((numel,), (1,), 0)
+
+
+def whole_storage_in(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor``'s whole storage from its start, as a 1-D view in ``dtype``'s elements, keeping its history."""
+    whole = tensor.as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0)
+    if whole.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == whole.element_size():
+        whole = torch.view_as_real(whole).flatten()  # (differentiable, as view(dtype) is not)
+    return whole if whole.dtype == dtype else whole.view(dtype)

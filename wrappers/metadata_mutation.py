@@ -49,7 +49,7 @@ from torch.utils._pytree import tree_map_only
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import view_root, whole_storage
+from meta.storage import view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -370,6 +370,8 @@ class MetadataMutation:
                     if info.set_recorded and source is not None and torch.is_grad_enabled():
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do.
+                        if source.dtype != target.dtype:  # (``t.set_(complex_input.real)``: the geometry is t's)
+                            source = whole_storage_in(source, target.dtype)
                         target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[call-overload]
                         continue
                     with torch.no_grad():
@@ -391,6 +393,11 @@ class MetadataMutation:
                     v = counters.before_of(before, arg_idx)
                     assert v is not None
                     set_versions([target], [v + info.version_bumps - 1])
+                if recorded and target.requires_grad:
+                    # A view whose base the layers below wrote back into (eager wrote through the view) has its
+                    # history taken again only when asked: unasked, autograd judges it a leaf requiring grad and
+                    # refuses the change eager made.
+                    target.grad_fn  # noqa: B018
                 with torch.set_grad_enabled(recorded):
                     target.as_strided_(size, stride, target.storage_offset() + relative_offset)
                 if not recorded and info.version_bumps:
