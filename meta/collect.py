@@ -125,7 +125,10 @@ def collect_meta(
         }
         recorder = ViewRecorder(alias_sources=fakes, inference_inputs=inference_inputs)
         fresh_views = FreshViews(recorder.stands_for)
-        saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
+        # Outside inference mode too: a Function (or a built-in op) recording a node saves an inference input as
+        # eager refuses to, and only the fakes see every save (the graph may save another value, or none).
+        refusing = in_inference_mode or inference_storages
+        saves = _refusing_inference_saves(inference_storages) if refusing else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
         # (A torch-function mode changes some library code paths: only where an input requires grad, before
         # the call or, seen once the function ran, after it.)
@@ -561,7 +564,8 @@ def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.Abstra
     """Eager's refusal to save an inference tensor for a backward. Under the caller's inference mode only an
     autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and what it saves
     may be a value the function made (an inference tensor here too) or an input the caller made in inference
-    mode (whose stand-in here is a normal tensor on ``inference_storages``)."""
+    mode (whose stand-in here is a normal tensor on ``inference_storages``). Outside it, any op recording a
+    node (an input requiring grad) refuses to save such an input or a view of it."""
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.is_inference() or (tensor.layout == torch.strided and storage_key(tensor) in inference_storages):
