@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import aot
-from tests.functions import ScaledBySaved
+from tests.functions import Identity, ScaledBySaved
 from tests.oracle import MODES, check_in_mode, functional_nop
 
 
@@ -97,3 +97,81 @@ def test_inference_save_refused_before_the_call():
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         compiled(a0, a1)
     assert torch.equal(a1.detach(), before) and a1._version == 0
+
+
+# Seed 21, class 3 (program 1483): an input saved by a Function whose backward writes it, merged by the synthetic
+# base with another input the function writes. Inside, both are views of one copy of the base; the backward's write
+# lands in the copy, and only the written member's elements were copied into the caller's memory, so the elements
+# of the saved input outside it kept their old values. All of the copy is the base's new value.
+
+
+def _non_leaf_and_two_overlapping_views() -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    s1 = torch.randn(24, generator=g).requires_grad_() * 1
+    s2 = torch.randn(24, generator=g)
+    return (s1[3:15].view(4, 3).t(), s2[2:14].view(3, 4)[:, ::2], s2[1:13].view(4, 3).t())
+
+
+def _non_leaf_and_two_overlapping_blocks() -> tuple[torch.Tensor, ...]:
+    s2 = _randn(24, seed=1)
+    return (_randn(12).requires_grad_().view(3, 4) * 1, s2[0:12].view(3, 4), s2[6:18].view(3, 4))
+
+
+def _program_1483(a0, a1, a2):
+    a1.fill_(2.0)
+    v0 = a0.unfold(0, 2, 1)
+    v1 = Identity.apply(a2)
+    v2 = a2 * 2
+    v1.detach().unsqueeze_(0)
+    v3 = ScaledBySaved.apply(a0, a2)
+    return (v3, v0, sum(t.real.sum() for t in (a0, a1, a2, v0, v1, v2, v3)))
+
+
+def _written_member_then_other_saved(a0, a1, a2):
+    a1.fill_(2.0)
+    return (ScaledBySaved.apply(a0, a2),)
+
+
+def _view_of_other_member_saved(a0, a1, a2):
+    a1.mul_(2)
+    return (ScaledBySaved.apply(a0, a2.t()[1:]),)
+
+
+def _both_members_saved(a0, a1, a2):
+    a1.add_(1)
+    return (ScaledBySaved.apply(a0, a2) + ScaledBySaved.apply(a0, a1),)
+
+
+def _other_member_saved_then_written_under_no_grad(a0, a1, a2):
+    v = ScaledBySaved.apply(a0, a2)
+    with torch.no_grad():
+        a1.sub_(1)
+    return (v, a1 * 1)
+
+
+def _written_at_an_absolute_offset_then_other_saved(a0, a1, a2):
+    a1.as_strided((2,), (1,), 3).fill_(1.0)
+    return (ScaledBySaved.apply(a0, a2),)
+
+
+def _detached_other_member_saved(a0, a1, a2):
+    a1.mul_(3)
+    return (ScaledBySaved.apply(a0, a2.detach()),)
+
+
+MERGED_MEMBER_SAVED = {
+    "program_1483": _program_1483,
+    "written_member_then_other_saved": _written_member_then_other_saved,
+    "view_of_other_member_saved": _view_of_other_member_saved,
+    "both_members_saved": _both_members_saved,
+    "other_member_saved_then_written_under_no_grad": _other_member_saved_then_written_under_no_grad,
+    "written_at_an_absolute_offset_then_other_saved": _written_at_an_absolute_offset_then_other_saved,
+    "detached_other_member_saved": _detached_other_member_saved,
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("make_args", [_non_leaf_and_two_overlapping_views, _non_leaf_and_two_overlapping_blocks])
+@pytest.mark.parametrize("name", sorted(MERGED_MEMBER_SAVED))
+def test_backward_writes_a_merged_input_it_saved(name, make_args, mode):
+    check_in_mode(MERGED_MEMBER_SAVED[name], make_args, mode)

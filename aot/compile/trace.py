@@ -198,7 +198,7 @@ def _trace_joint_once(
     ``written_new_values``: outputs (by index) that are an input's new value (the input's index) which the
     backward writes in place, as eager's backward writes the caller's input: the forward returns the value
     before the backward, and the backward writes the value it leaves into the input (a backward write the
-    runtime copies into the caller's tensor)."""
+    runtime copies into the caller's tensor); a value in an input's geometry, all of the copy it sits in."""
     written_new_values = written_new_values or {}
     fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
@@ -251,12 +251,19 @@ def _trace_joint_once(
                     differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
                 )
                 with torch.no_grad():
+                    written_inputs: set[int] = set()
                     for out_idx, value in new_values.items():
                         arg_idx, geometry = written_new_values[out_idx]
+                        if arg_idx in written_inputs:
+                            continue
+                        written_inputs.add(arg_idx)
                         target = primal_args[arg_idx]
                         if geometry is not None:
-                            size, stride, offset = geometry
-                            target = target.as_strided(size, stride, target.storage_offset() + offset)
+                            # The value sits in a copy of the input laid out as the input is, where the backward
+                            # may have written other elements too (another member of a synthetic base it saved):
+                            # all of the copy is the input's new value, not the value's elements alone.
+                            offset = geometry[2]
+                            value = value.as_strided(target.shape, target.stride(), value.storage_offset() - offset)
                         target.copy_(value)
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
