@@ -653,11 +653,13 @@ def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
 
 def raised_by_eager_backward(error: BaseException) -> bool:
     """Whether ``error``, raised differentiating a trace, is one eager raises in its backward only (its
-    forward runs): a saved tensor written in place; an overlap eager's backward refuses; or a tensor's
+    forward runs): a saved tensor written in place (a view taken under no_grad, unpacked after another node's
+    backward wrote it, refuses its history then); an overlap eager's backward refuses; or a tensor's
     geometry changed under no_grad, so its history computes a gradient of its old shape."""
     message = str(error)
     return isinstance(error, RuntimeError) and (
         "modified by an inplace operation" in message
+        or "A view was created in no_grad mode and its base or another view of its base has been modified" in message
         or "invalid gradient at index" in message
         or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
         or is_overlap_error(error)

@@ -4,12 +4,15 @@ which eager refuses; eager is the oracle (``tests/oracle.py``)."""
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import pytest
 import torch
 
 import aot
 from tests.functions import Identity, ScaledBySaved
-from tests.oracle import MODES, check_in_mode, functional_nop
+from tests.oracle import MODES, check, check_in_mode, functional_nop
 
 
 def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -175,3 +178,118 @@ MERGED_MEMBER_SAVED = {
 @pytest.mark.parametrize("name", sorted(MERGED_MEMBER_SAVED))
 def test_backward_writes_a_merged_input_it_saved(name, make_args, mode):
     check_in_mode(MERGED_MEMBER_SAVED[name], make_args, mode)
+
+
+# Seed 22, class 2 (program 475): a Function saves (and its backward writes) a view taken under no_grad of an input
+# requiring grad. Such a view requires grad with no history and no gradient edge, so the Function's node has no
+# edge to anything; eager's backward runs it anyway (every node its roots reach), the joint trace's autograd.grad
+# only nodes reaching its inputs, so the write never happened. In the trace the view gets an edge of its own.
+
+
+def _transposed_non_leaf() -> tuple[torch.Tensor, ...]:
+    s1 = _randn(24).requires_grad_() * 1
+    return (s1[1:13].view(4, 3).t(),)
+
+
+def _transposed_non_leaf_again() -> tuple[torch.Tensor, ...]:
+    """``make_args_again`` of program 475: a leaf of its own memory, contiguous, where the first call had a view."""
+    r0 = _randn(36, seed=1)
+    return (r0[:12].view((3, 4)).detach().requires_grad_(),)
+
+
+def _view_of_leaf() -> tuple[torch.Tensor, ...]:
+    return (_randn(12).requires_grad_().view(3, 4),)
+
+
+def _leaf_made_of_a_view() -> tuple[torch.Tensor, ...]:
+    """``requires_grad_()`` on a view of a base requiring none: eager's no_grad views of it require no grad."""
+    return (_randn(12).view(3, 4).requires_grad_(),)
+
+
+def _program_475(a0):
+    with torch.no_grad():
+        v3 = a0.as_strided((1,), (0,), 6)
+    v5 = ScaledBySaved.apply(v3, v3)
+    return (sum(t.real.sum() for t in (a0, v3, v5)),)
+
+
+def _row_saved(a0):
+    with torch.no_grad():
+        v = a0[1]
+    return (ScaledBySaved.apply(v, v), a0 * 1)
+
+
+def _transposed_saved_and_returned(a0):
+    with torch.no_grad():
+        v = a0.t()
+    return (ScaledBySaved.apply(v, v), v)
+
+
+def _diagonal_saved_its_double_scaled(a0):
+    with torch.set_grad_enabled(False):
+        v = a0.diagonal()
+    return (ScaledBySaved.apply(v * 2, v),)
+
+
+def _view_taken_in_inference_mode_saved(a0):
+    with torch.inference_mode():
+        v = a0[:, 1:]
+    return (ScaledBySaved.apply(v, v),)
+
+
+def _view_of_no_grad_view_saved(a0):
+    with torch.no_grad():
+        w = a0[0][1:]
+    return (ScaledBySaved.apply(w, w), a0.sum())
+
+
+def _grad_mode_view_of_no_grad_view_saved(a0):
+    with torch.no_grad():
+        v = a0.t()
+    w = v[0]
+    return (ScaledBySaved.apply(w, w),)
+
+
+def _saved_by_two_functions(a0):
+    # Eager's backward raises: the second node unpacks the view after the first one's backward wrote it.
+    with torch.no_grad():
+        v = a0[1:]
+    return (ScaledBySaved.apply(v, v) + ScaledBySaved.apply(v.sum(), v).sum(),)
+
+
+NO_GRAD_VIEW_SAVED = {
+    "program_475": _program_475,
+    "row_saved": _row_saved,
+    "transposed_saved_and_returned": _transposed_saved_and_returned,
+    "diagonal_saved_its_double_scaled": _diagonal_saved_its_double_scaled,
+    "view_taken_in_inference_mode_saved": _view_taken_in_inference_mode_saved,
+    "view_of_no_grad_view_saved": _view_of_no_grad_view_saved,
+    "grad_mode_view_of_no_grad_view_saved": _grad_mode_view_of_no_grad_view_saved,
+    "saved_by_two_functions": _saved_by_two_functions,
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("make_args", [_transposed_non_leaf, _transposed_non_leaf_again, _view_of_leaf])
+@pytest.mark.parametrize("name", sorted(NO_GRAD_VIEW_SAVED))
+def test_backward_writes_a_no_grad_view_it_saved(name, make_args, mode):
+    check_in_mode(NO_GRAD_VIEW_SAVED[name], make_args, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_program_475_entry_reused_on_a_leaf(mode):
+    """The fuzzer's calls: compiled for a view of a non-leaf, called again on a leaf of its own memory."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        context = torch.no_grad() if mode == "no_grad" else torch.inference_mode() if mode == "inference_mode" else None
+        with context or contextlib.nullcontext():
+            backward = mode == "training"
+            compiled = check(_program_475, _transposed_non_leaf, backward=backward, deep=True)
+            check(_program_475, _transposed_non_leaf_again, compiled_fn=compiled, backward=backward, deep=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_grad_view_of_a_leaf_made_of_a_view_runs_no_backward(mode):
+    """Eager's no_grad view of an input made a leaf by ``requires_grad_()`` on a view requires no grad: no node
+    saves it, nothing writes it (the trace's fakes, independent leaves, have theirs requiring grad)."""
+    check_in_mode(_program_475, _leaf_made_of_a_view, mode)

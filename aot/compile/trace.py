@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
 from aot.compile.functionalize import functionalize
-from aot.compile.history_stops import HistoryStops, note_detached_reads
+from aot.compile.history_stops import HistoryStops, NoGradViewEdges, note_detached_reads
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
@@ -38,7 +38,7 @@ from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks
 from meta.recorder import ABSOLUTE_OFFSET_OPS
-from meta.storage import fake_inputs, storage_key
+from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_key
 from meta.storage_set import StorageSetsOntoTensors
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -214,6 +214,9 @@ def _trace_joint_once(
 
     backward_writes = _BackwardWrites()
 
+    # Primals whose no_grad views eager's need no grad, where the fakes' (independent leaves) do.
+    ungraded = [i for i, arg in enumerate(flat_args) if leaf_of_ungraded_base(arg)]
+
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
@@ -224,6 +227,7 @@ def _trace_joint_once(
             _geometry_changes(meta, fresh_views, primal_args),
             regenerated if regenerated is not None else contextlib.nullcontext(),
             history_stops,
+            NoGradViewEdges([primal_args[i] for i in ungraded]),
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         made_leaves = _leaves_made_inside(history_stops.made, primal_args)
