@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
@@ -36,9 +37,9 @@ from meta.fresh_views import FreshViews
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
-from meta.overlap import EagerOverlapChecks
+from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
-from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_key
+from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
 from meta.storage_set import StorageSetsOntoTensors
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -180,6 +181,7 @@ def trace_joint(
     # allows: the graph returns their new values last, for the runtime to copy into those tensors.
     written = backward_writes.placeholders([*primals, *tangents])
     backward_writes.refuse_writes_into_outputs([*primals, *tangents])
+    backward_writes.refuse_writes_outside_inputs(primals, names)
     gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
     return gm
@@ -406,6 +408,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.storages: dict[int, str] = {}  # storage -> the first op writing it
+        self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -413,7 +416,28 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
             written = args[position] if position < len(args) else None
             if isinstance(written, torch.Tensor) and torch.Tag.inplace_view not in func.tags:
                 self.storages.setdefault(storage_key(written), str(func))
+                self.written.append((written, str(func)))
         return func(*args, **(kwargs or {}))
+
+    def refuse_writes_outside_inputs(self, primals: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+        """Refuse a backward write into an input's memory outside its elements (through an ``as_strided`` at an
+        absolute storage offset): the compiled backward writes the new values of an input's own elements back,
+        so eager's write there (into another input sharing the memory, say) would be lost."""
+        position = {id(primal): i for i, primal in enumerate(primals)}
+        on_storage: dict[int, list[int]] = {}
+        for i, primal in enumerate(primals):
+            on_storage.setdefault(storage_key(primal), []).append(i)
+        for written, op in self.written:
+            root = position.get(id(view_root(written)))
+            candidates = [root] if root is not None else on_storage.get(storage_key(written), [])
+            if candidates and not any(_elements_within(written, primals[i]) for i in candidates):
+                name = names[candidates[0]]
+                raise UnsupportedMutationError(
+                    f"an autograd.Function's backward writes ({op}) memory of input {name!r} outside its elements "
+                    "(an as_strided at an absolute storage offset): the compiled backward writes back an input's "
+                    "own elements only, so eager's write there would be lost. Have the Function save a tensor "
+                    "within the input, or write a clone in its backward."
+                )
 
     def placeholders(self, inputs: Sequence[torch.Tensor]) -> frozenset[int]:
         """The positions of ``inputs`` whose memory the backward wrote."""
@@ -447,6 +471,26 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     "change a tensor the caller already holds. Clone what the Function saves, or write it "
                     "outside the backward."
                 )
+
+
+def _elements_within(tensor: torch.Tensor, container: torch.Tensor) -> bool:
+    """Whether every element of ``tensor`` is one of ``container``'s (one storage); True where not decided (symbolic
+    sizes, another layout or element size): no refusal there."""
+    if tensor is container or tensor.numel() == 0:
+        return True
+    pair = (tensor, container)
+    geometry = [n for t in pair for n in (*t.shape, *t.stride(), t.storage_offset())]
+    plain = all(t.layout == torch.strided for t in pair) and tensor.element_size() == container.element_size()
+    if not plain or not all(isinstance(n, int) for n in geometry):
+        return True
+    (start, end), (outer_start, outer_end) = storage_extent(tensor), storage_extent(container)
+    if start < outer_start or end > outer_end:
+        return False
+    if is_non_overlapping_and_dense_or_false(container):
+        return True
+    with _disable_current_modes():  # a small real computation, neither faked nor traced
+        elements, among = element_offsets(tensor, tensor.shape), element_offsets(container, container.shape)
+        return bool(torch.isin(elements, among).all())
 
 
 def _finish(
