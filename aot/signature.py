@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from aot.errors import UnsupportedInputError
-from meta.storage import has_version_counter, how_made
+from meta.storage import has_version_counter, how_made, leaf_of_ungraded_base
 from meta.versions import counter_groups
 
 __all__ = ["constant_key", "input_signature"]
@@ -79,6 +79,8 @@ def input_signature(
                     how_made(leaf) if requires_grad else 0,
                     # requires_grad_() on a view makes a leaf whose own views follow its base: no grad
                     not requires_grad and leaf._is_view(),
+                    # ... requiring grad: a leaf whose own no_grad views follow its base, which requires none
+                    requires_grad and leaf_of_ungraded_base(leaf),
                     first,
                     # eager refuses in-place writes into an inference tensor outside inference mode,
                     # unless it is a detach()/.data of one (which has a version counter)

@@ -122,7 +122,10 @@ def collect_meta(
         }
         recorder = ViewRecorder(alias_sources=fakes, inference_inputs=inference_inputs)
         fresh_views = FreshViews(recorder.stands_for)
-        saves = _refusing_inference_saves(inference_storages) if in_inference_mode else _nothing()
+        # Outside inference mode too: a Function (or a built-in op) recording a node saves an inference input as
+        # eager refuses to, and only the fakes see every save (the graph may save another value, or none).
+        refusing = in_inference_mode or inference_storages
+        saves = _refusing_inference_saves(inference_storages) if refusing else _nothing()
         fresh = fresh_views if needs_fresh_views else _nothing()
         # (A torch-function mode changes some library code paths: only where an input requires grad, before
         # the call or, seen once the function ran, after it.)
@@ -588,7 +591,8 @@ def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.Abstra
     """Eager's refusal to save an inference tensor for a backward. Under the caller's inference mode only an
     autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and what it saves
     may be a value the function made (an inference tensor here too) or an input the caller made in inference
-    mode (whose stand-in here is a normal tensor on ``inference_storages``)."""
+    mode (whose stand-in here is a normal tensor on ``inference_storages``). Outside it, any op recording a
+    node (an input requiring grad) refuses to save such an input or a view of it."""
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.is_inference() or (tensor.layout == torch.strided and storage_key(tensor) in inference_storages):
@@ -676,11 +680,13 @@ def _same_history(written: torch.Tensor, tensor: torch.Tensor) -> bool:
 
 def raised_by_eager_backward(error: BaseException) -> bool:
     """Whether ``error``, raised differentiating a trace, is one eager raises in its backward only (its
-    forward runs): a saved tensor written in place; an overlap eager's backward refuses; or a tensor's
+    forward runs): a saved tensor written in place (a view taken under no_grad, unpacked after another node's
+    backward wrote it, refuses its history then); an overlap eager's backward refuses; or a tensor's
     geometry changed under no_grad, so its history computes a gradient of its old shape."""
     message = str(error)
     return isinstance(error, RuntimeError) and (
         "modified by an inplace operation" in message
+        or "A view was created in no_grad mode and its base or another view of its base has been modified" in message
         or "invalid gradient at index" in message
         or "derivative for" in message  # set_() under grad mode: eager's history of it is NotImplemented
         or is_overlap_error(error)

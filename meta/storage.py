@@ -33,6 +33,7 @@ __all__ = [
     "has_version_counter",
     "how_made",
     "intersect",
+    "leaf_of_ungraded_base",
     "offset_of",
     "one_index_per_element",
     "overlaps",
@@ -81,6 +82,13 @@ def how_made(tensor: torch.Tensor) -> int:
         return 0
     creation: int = torch._C._autograd._get_creation_meta(tensor).value
     return creation
+
+
+def leaf_of_ungraded_base(tensor: torch.Tensor) -> bool:
+    """A leaf view requiring grad of a base requiring none (``requires_grad_()`` on a view): eager takes its views
+    from that base, so those made under no_grad require no grad (a fake made a leaf of its own has them require it)."""
+    base = tensor._base
+    return bool(tensor.requires_grad and base is not None and not base.requires_grad and tensor.is_leaf)
 
 
 def storage_key(tensor: torch.Tensor) -> int:

@@ -330,8 +330,9 @@ class OutputAliasInfo(Generic[In, Out]):
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: In | None = None
     # Below the synthetic-base layer: this output is the new value of that input (a base) in that geometry
-    # (size, stride, offset from the base's), which the layer writes back into the caller's memory; an
-    # autograd.Function's backward writing it writes that input there.
+    # (size, stride, offset from the base's), which the layer writes back into the caller's memory. It sits in a
+    # copy of the base laid out as the base: an autograd.Function's backward writing that copy (through this
+    # value or another member) writes the input, all of the copy.
     new_value_in: tuple[In, tuple[Any, Any, Any]] | None = None
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ Only Python calls are seen (a torch-function mode, and ``Tensor.detach`` itself)
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,7 +24,9 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, has_proxy_slot
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["DETACHED_READS", "NO_HISTORY", "HistoryStops", "note_detached_reads"]
+from meta.eager_state import is_leaf_safely
+
+__all__ = ["DETACHED_READS", "NO_HISTORY", "HistoryStops", "NoGradViewEdges", "note_detached_reads"]
 
 # Node meta: eager's forward made this value without history, though the trace may compute it from values with one.
 NO_HISTORY = "no_history"
@@ -84,6 +87,38 @@ class HistoryStops(TorchFunctionMode):
                 if not tensor.requires_grad and has_proxy_slot(tensor, mode.tracer):
                     get_proxy_slot(tensor, mode.tracer).proxy.node.meta[NO_HISTORY] = True
         self.made.clear()
+
+
+class NoGradViewEdges(TorchFunctionMode):
+    """While active, gives the views taken under no_grad of a tensor requiring grad a gradient edge of their own.
+
+    Such a view requires grad with no history and no edge: what reads it (an autograd.Function saving it, whose
+    backward writes it) has no edge to it either, yet eager's backward runs every node its roots reach, those too.
+    The joint trace's ``torch.autograd.grad`` runs only the nodes reaching its inputs: on the fakes, the view
+    becomes a leaf of its own (``requires_grad_()``, its gradient dropped as a leaf made inside's), which they reach.
+
+    ``ungraded``: tensors (the trace's primals) whose no_grad views eager's caller has requiring no grad (an input
+    the caller called ``requires_grad_()`` on, a view of a base requiring none), where the fakes' views require
+    it: left without an edge, as no node eager's backward runs reads them.
+    """
+
+    def __init__(self, ungraded: Sequence[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self.ungraded = {id(t) for t in ungraded}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for tensor in pytree.tree_leaves(out):
+            if (
+                isinstance(tensor, torch.Tensor)
+                and tensor.requires_grad
+                and tensor._is_view()
+                and is_leaf_safely(tensor)
+                and id(tensor._base) not in self.ungraded
+            ):
+                with torch._C.DisableTorchFunction():
+                    tensor.requires_grad_()
+        return out
 
 
 def note_detached_reads(graph: fx.Graph) -> None:

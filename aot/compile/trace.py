@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
 from aot.compile.functionalize import functionalize
-from aot.compile.history_stops import HistoryStops, note_detached_reads
+from aot.compile.history_stops import HistoryStops, NoGradViewEdges, note_detached_reads
 from aot.compile.partition import output_values
 from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
@@ -36,9 +37,9 @@ from meta.fresh_views import FreshViews
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
-from meta.overlap import EagerOverlapChecks
+from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
-from meta.storage import fake_inputs, storage_key
+from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
 from meta.storage_set import StorageSetsOntoTensors
 from meta.view_and_mutation import ViewAndMutationMeta
 
@@ -180,6 +181,7 @@ def trace_joint(
     # allows: the graph returns their new values last, for the runtime to copy into those tensors.
     written = backward_writes.placeholders([*primals, *tangents])
     backward_writes.refuse_writes_into_outputs([*primals, *tangents])
+    backward_writes.refuse_writes_outside_inputs(primals, names)
     gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
     return gm
@@ -198,7 +200,7 @@ def _trace_joint_once(
     ``written_new_values``: outputs (by index) that are an input's new value (the input's index) which the
     backward writes in place, as eager's backward writes the caller's input: the forward returns the value
     before the backward, and the backward writes the value it leaves into the input (a backward write the
-    runtime copies into the caller's tensor)."""
+    runtime copies into the caller's tensor); a value in an input's geometry, all of the copy it sits in."""
     written_new_values = written_new_values or {}
     fake_mode = symbolic.fake_mode()
     primals = fake_inputs(fake_mode, flat_args, independent=True)
@@ -214,6 +216,9 @@ def _trace_joint_once(
 
     backward_writes = _BackwardWrites()
 
+    # Primals whose no_grad views eager's need no grad, where the fakes' (independent leaves) do.
+    ungraded = [i for i, arg in enumerate(flat_args) if leaf_of_ungraded_base(arg)]
+
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
@@ -224,6 +229,7 @@ def _trace_joint_once(
             _geometry_changes(meta, fresh_views, primal_args),
             regenerated if regenerated is not None else contextlib.nullcontext(),
             history_stops,
+            NoGradViewEdges([primal_args[i] for i in ungraded]),
         ):
             outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
         made_leaves = _leaves_made_inside(history_stops.made, primal_args)
@@ -251,12 +257,19 @@ def _trace_joint_once(
                     differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
                 )
                 with torch.no_grad():
+                    written_inputs: set[int] = set()
                     for out_idx, value in new_values.items():
                         arg_idx, geometry = written_new_values[out_idx]
+                        if arg_idx in written_inputs:
+                            continue
+                        written_inputs.add(arg_idx)
                         target = primal_args[arg_idx]
                         if geometry is not None:
-                            size, stride, offset = geometry
-                            target = target.as_strided(size, stride, target.storage_offset() + offset)
+                            # The value sits in a copy of the input laid out as the input is, where the backward
+                            # may have written other elements too (another member of a synthetic base it saved):
+                            # all of the copy is the input's new value, not the value's elements alone.
+                            offset = geometry[2]
+                            value = value.as_strided(target.shape, target.stride(), value.storage_offset() - offset)
                         target.copy_(value)
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
@@ -395,6 +408,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.storages: dict[int, str] = {}  # storage -> the first op writing it
+        self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -402,7 +416,28 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
             written = args[position] if position < len(args) else None
             if isinstance(written, torch.Tensor) and torch.Tag.inplace_view not in func.tags:
                 self.storages.setdefault(storage_key(written), str(func))
+                self.written.append((written, str(func)))
         return func(*args, **(kwargs or {}))
+
+    def refuse_writes_outside_inputs(self, primals: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+        """Refuse a backward write into an input's memory outside its elements (through an ``as_strided`` at an
+        absolute storage offset): the compiled backward writes the new values of an input's own elements back,
+        so eager's write there (into another input sharing the memory, say) would be lost."""
+        position = {id(primal): i for i, primal in enumerate(primals)}
+        on_storage: dict[int, list[int]] = {}
+        for i, primal in enumerate(primals):
+            on_storage.setdefault(storage_key(primal), []).append(i)
+        for written, op in self.written:
+            root = position.get(id(view_root(written)))
+            candidates = [root] if root is not None else on_storage.get(storage_key(written), [])
+            if candidates and not any(_elements_within(written, primals[i]) for i in candidates):
+                name = names[candidates[0]]
+                raise UnsupportedMutationError(
+                    f"an autograd.Function's backward writes ({op}) memory of input {name!r} outside its elements "
+                    "(an as_strided at an absolute storage offset): the compiled backward writes back an input's "
+                    "own elements only, so eager's write there would be lost. Have the Function save a tensor "
+                    "within the input, or write a clone in its backward."
+                )
 
     def placeholders(self, inputs: Sequence[torch.Tensor]) -> frozenset[int]:
         """The positions of ``inputs`` whose memory the backward wrote."""
@@ -436,6 +471,26 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     "change a tensor the caller already holds. Clone what the Function saves, or write it "
                     "outside the backward."
                 )
+
+
+def _elements_within(tensor: torch.Tensor, container: torch.Tensor) -> bool:
+    """Whether every element of ``tensor`` is one of ``container``'s (one storage); True where not decided (symbolic
+    sizes, another layout or element size): no refusal there."""
+    if tensor is container or tensor.numel() == 0:
+        return True
+    pair = (tensor, container)
+    geometry = [n for t in pair for n in (*t.shape, *t.stride(), t.storage_offset())]
+    plain = all(t.layout == torch.strided for t in pair) and tensor.element_size() == container.element_size()
+    if not plain or not all(isinstance(n, int) for n in geometry):
+        return True
+    (start, end), (outer_start, outer_end) = storage_extent(tensor), storage_extent(container)
+    if start < outer_start or end > outer_end:
+        return False
+    if is_non_overlapping_and_dense_or_false(container):
+        return True
+    with _disable_current_modes():  # a small real computation, neither faked nor traced
+        elements, among = element_offsets(tensor, tensor.shape), element_offsets(container, container.shape)
+        return bool(torch.isin(elements, among).all())
 
 
 def _finish(
