@@ -158,6 +158,18 @@ def _input_written(a0):
     return (a0, a0[1:])
 
 
+def _halves_of_leaf():
+    s0 = _randn(48).requires_grad_()
+    return (s0[0:24].view(2, 3, 4), s0[24:48].view(2, 3, 4))
+
+
+def _other_half_set_onto_returned(a0, a1):
+    # Program 2074: under the caller's no_grad both halves are views made so, sharing a counter the set_() moves:
+    # eager's a0 is refused, and is the caller's object still (not a view of it).
+    a1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (a0,)
+
+
 # Not refused: the view was not written after it was made, or was made after the write.
 def _no_grad_view_not_written(a0):
     v0 = a0.sin()
@@ -194,6 +206,7 @@ CASES = {
     "split_then_base_written_under_no_grad": (_split_then_base_written_under_no_grad, _matrix_leaf),
     "view_returned_twice_then_written": (_view_returned_twice_then_written, _matrix_leaf),
     "no_grad_view_input_written": (_input_written, _no_grad_block_of_leaf),
+    "other_half_set_onto_returned": (_other_half_set_onto_returned, _halves_of_leaf),
     "no_grad_view_not_written": (_no_grad_view_not_written, _matrix_leaf),
     "no_grad_view_made_after_write": (_no_grad_view_made_after_write, _matrix_leaf),
 }

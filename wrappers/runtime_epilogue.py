@@ -387,8 +387,14 @@ def _plan(
             made_leaf = _made_a_leaf(meta.intermediate_bases[info.base_intermediate])
             graph_out = base_to_graph[info.base_intermediate]
             steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf, info=info))
-    # Last, once every output is made (eager's write came after the view, which replays after the graph's):
-    steps.extend(_Step("refuse_history", out_idx) for out_idx, info in enumerate(infos) if info.history_refused)
+    # Last, once every output is made (eager's write came after the view, which replays after the graph's). Not
+    # the caller's input itself: its counter, and so its record, are the layers' that write inputs back.
+    made_here = [
+        out_idx
+        for out_idx, info in enumerate(infos)
+        if info.history_refused and info.output_type not in (OutputType.IS_INPUT, OutputType.IS_OUTPUT)
+    ]
+    steps.extend(_Step("refuse_history", out_idx) for out_idx in made_here)
     return _Plan(counters, tuple(infos), tuple(steps))
 
 
