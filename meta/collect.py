@@ -52,6 +52,7 @@ from meta.storage import (
     view_root,
     whole_storage_in,
 )
+from meta.versions import history_refused
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -306,7 +307,17 @@ def collect_meta(
             by_function = recorder.made_by_custom_function(tensor, len(chain))
             return not by_function and recorder.made_require_grad.get(id(tensor)) is not tensor
 
-        def info(kind: OutputType, tensor: torch.Tensor = out, **fields: Any) -> OutputAliasInfo[UserArg, UserOut]:
+        # A view made under no_grad of memory requiring grad, written since: eager refuses its history when the
+        # caller reads it, not before (a fresh view of it would take that history again here).
+        refused = history_refused(out) and not of_inference_input(out)
+
+        def info(
+            kind: OutputType, tensor: torch.Tensor = out, refused: bool = refused, **fields: Any
+        ) -> OutputAliasInfo[UserArg, UserOut]:
+            if refused:
+                return OutputAliasInfo(
+                    kind, requires_grad=True, spec=TensorSpec.of(tensor), history_refused=True, **fields
+                )
             autograd_view = fresh_views.fresh(tensor)  # the stale record of a view would fail to regenerate
             try:
                 is_leaf = autograd_view.is_leaf
@@ -382,7 +393,10 @@ def collect_meta(
             continue
         by_function = recorder.made_by_custom_function(out, len(chain))
         untracked = id(root) in made_to_require_grad
-        if by_function or not _replay_gives_eagers_autograd(fresh_views.fresh(out), root, chain, fake_mode, untracked):
+        replayed_as_eagers = refused or _replay_gives_eagers_autograd(
+            fresh_views.fresh(out), root, chain, fake_mode, untracked
+        )
+        if by_function or not replayed_as_eagers:
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and the epilogue puts it on the alias.
             if id(root) not in input_position:
@@ -447,7 +461,9 @@ def collect_meta(
     if any(info.mutates_data for info in input_info) or any(w.metadata_only for w in recorder.writes):
         with saved_tensor_hooks_suspended(), fake_mode:
             # Through fresh views: autograd's record of a view whose geometry changed is stale on fakes.
-            backward_error = _eager_backward_error([fresh_views.fresh(out) for out in outs], fakes)
+            # (Not through one whose history eager refuses: using it raises already, and the caller's does too.)
+            through = [fresh_views.returned(out) for out in outs if not history_refused(out)]
+            backward_error = _eager_backward_error(through, fakes)
     return ViewAndMutationMeta(
         tuple(input_info),
         tuple(output_info),

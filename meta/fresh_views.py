@@ -17,6 +17,7 @@ from meta.storage import (
     storage_key,
 )
 from meta.storage_set import history_taken_again
+from meta.versions import history_refused
 
 __all__ = [
     "STANDS_FOR_LEAF",
@@ -260,6 +261,11 @@ class FreshViews(TorchFunctionMode):
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
+
+    def returned(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``fresh(tensor)`` for a tensor the function returns, unless autograd refuses its history (a view made
+        under no_grad, written since): eager's caller is refused it when reading it, not the function here."""
+        return tensor if history_refused(tensor) else self.fresh(tensor)
 
     def _recorded_changes(self, tensor: torch.Tensor) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
         """The geometries before each change autograd recorded on ``tensor``, while that record is current."""

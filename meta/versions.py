@@ -21,8 +21,20 @@ import torch
 
 T = TypeVar("T")
 
-__all__ = ["Counters", "counter_groups", "inherit_creation", "set_versions", "uncounted", "version"]
+__all__ = [
+    "Counters",
+    "counter_groups",
+    "history_refused",
+    "inherit_creation",
+    "recorded_stale",
+    "refuse_history",
+    "set_versions",
+    "uncounted",
+    "version",
+]
 
+# A value no counter reaches (they count to 2**32 - 1): a history recorded at it is stale for good.
+_NEVER_COUNTED = 2**32 - 1
 # On a view :func:`_relaxed` marked as made in grad mode for the call: the creation it really has.
 _RELAXED_CREATION = "_aot_relaxed_creation"
 
@@ -190,3 +202,56 @@ def inherit_creation(view: torch.Tensor, source: torch.Tensor) -> None:
     CreationMeta = torch._C._autograd.CreationMeta
     if own == CreationMeta.DEFAULT or creation == CreationMeta.INFERENCE_MODE:
         torch._C._autograd._set_creation_meta(view, creation)
+
+
+def history_refused(tensor: torch.Tensor) -> bool:
+    """Whether autograd refuses to take ``tensor``'s history again: a view requiring grad made under no_grad (or
+    inference mode, or as one of several outputs) whose counter moved since its history was taken. (Reading
+    ``grad_fn`` of such a view takes nothing again: it raises, or returns the history it has.) Read past the
+    torch-function modes tracing runs under: they may stand a fresh view in for it."""
+    with torch._C.DisableTorchFunction():
+        if tensor._base is None or not tensor.requires_grad or tensor.is_inference():
+            return False
+        if torch._C._autograd._get_creation_meta(tensor) == torch._C._autograd.CreationMeta.DEFAULT:
+            return False
+        try:
+            _ = tensor.grad_fn
+        except RuntimeError:
+            return True
+        return False
+
+
+def refuse_history(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with its history refused as eager's: eager's output is a view made under no_grad (or inference
+    mode, or as one of several outputs) of memory requiring grad, written or restrided after it was made, whose
+    history autograd refuses to the caller. Autograd's record of the view is taken at a counter value it never
+    reaches (its own stays), whatever the layers above bump later. A tensor whose record autograd would take
+    again by strides (no view, one made in grad mode) or cannot take again at all (one of several outputs) gives
+    a view of itself made under no_grad instead, refused so."""
+    if history_refused(tensor) or not tensor.requires_grad:
+        return tensor
+    creation = torch._C._autograd._get_creation_meta(tensor) if tensor._base is not None else None
+    if creation in (None, torch._C._autograd.CreationMeta.DEFAULT) or tensor.output_nr != 0:
+        with torch.no_grad():
+            tensor = tensor.view_as(tensor)
+    for view, creation in _relaxed([tensor]):
+        counter = view._version
+        set_versions([view], [_NEVER_COUNTED])
+        _ = view.grad_fn  # taken while the view counts as made in grad mode
+        set_versions([view], [counter])
+        torch._C._autograd._set_creation_meta(view, creation)
+        vars(view).pop(_RELAXED_CREATION, None)
+    return tensor
+
+
+@contextlib.contextmanager
+def recorded_stale(tensor: torch.Tensor) -> Iterator[None]:
+    """Views of ``tensor`` taken inside have autograd's record of them taken at a counter value it never
+    reaches, its own set back after: eager's were written after they were made, and a view autograd cannot take
+    again at all (one of several outputs) is made stale only so."""
+    counter = version(tensor)
+    set_versions([tensor], [_NEVER_COUNTED])
+    try:
+        yield
+    finally:
+        set_versions([tensor], [counter])

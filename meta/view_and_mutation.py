@@ -317,6 +317,10 @@ class OutputAliasInfo(Generic[In, Out]):
     computed_alias: ComputedAlias[In] | None = None
     # Eager's output is a leaf (no history), for outputs whose ``requires_grad`` the function set itself.
     is_leaf: bool = False
+    # Eager's output is a view made under no_grad (or inference mode, or as one of several outputs) of memory
+    # requiring grad, written or restrided since: autograd refuses to take its history again (reading
+    # ``grad_fn`` raises), and the caller's replayed view is marked so too.
+    history_refused: bool = False
     # A view of the input taken after set_() moved it to other memory: taken again from the caller's tensor
     # once it is moved (the first step's ``from_geometry`` offset relative to the input's final offset).
     after_set: bool = False

@@ -386,9 +386,10 @@ def _check_once(
     wrt = list(range(len(eager_leaves_in)))
 
     def grads(outs: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[torch.Tensor | None] | BaseException:
-        loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
-        assert isinstance(loss, torch.Tensor)
         try:
+            # (Using an output may raise already: eager refuses to take a stale no_grad view's history again.)
+            loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
+            assert isinstance(loss, torch.Tensor)
             loss.backward()
         except RuntimeError as error:  # eager's backward may raise (a saved tensor modified in place)
             return error

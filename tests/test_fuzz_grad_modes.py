@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import DoublesInPlace, Identity, ScaledBySaved, ViewOf
+from tests.functions import DoublesInPlace, Identity, ScaledBySaved, ViewOf, WithSign
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -370,3 +370,72 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
 def test_grad_mode_class(name: str, mode: str) -> None:
     check_in_mode(*CASES[name], mode)
+
+
+# Seed 22, class 6 (program 2811): an input at a nonzero storage offset written under no_grad, then given to an
+# autograd.Function under enable_grad, in the caller's inference mode. The runtime epilogue's working copy of the
+# input was an autograd view of scratch memory (eager's input is no view): its history, taken again after the
+# write by replaying the view op inside inference mode, was none, and the Function's apply failed an assert.
+
+
+def _written_then_function(fn, write):
+    def f(a0):
+        with torch.no_grad():
+            write(a0)
+        with torch.enable_grad():
+            outs = fn.apply(a0)
+        return outs if isinstance(outs, tuple) else (outs,)
+
+    return f
+
+
+def _written_then_function_dropped(a0):
+    with torch.no_grad():
+        a0.scatter_(0, torch.zeros((1, 4), dtype=torch.long), 2.0)
+    with torch.enable_grad():
+        WithSign.apply(a0)
+    return ()
+
+
+def _written_in_grad_mode_then_function(a0):
+    a0.add_(1)
+    with torch.enable_grad():
+        return WithSign.apply(a0)
+
+
+def _detached_block_at_offset():
+    return (_randn(16)[2:14].view(3, 4).detach().requires_grad_(),)
+
+
+def _block_of_leaf_at_offset():
+    return (_randn(16).requires_grad_()[2:14].view(3, 4),)
+
+
+def _block_of_non_leaf_at_offset():
+    with torch.enable_grad():
+        s0 = _randn(16).requires_grad_() * 1
+    return (s0[2:14].view(3, 4),)
+
+
+def _add_one_(a0):
+    a0.add_(1)
+
+
+WRITTEN_AT_OFFSET_CASES = {
+    "scatter_then_with_sign_dropped": (_written_then_function_dropped, _detached_block_at_offset),
+    "add_then_with_sign": (_written_then_function(WithSign, _add_one_), _detached_block_at_offset),
+    "add_then_identity": (_written_then_function(Identity, _add_one_), _detached_block_at_offset),
+    "add_then_scaled_by_saved": (_written_then_function(ScaledBySaved, _add_one_), _detached_block_at_offset),
+    "add_then_doubles_in_place": (_written_then_function(DoublesInPlace, _add_one_), _detached_block_at_offset),
+    "add_in_grad_mode_then_with_sign": (_written_in_grad_mode_then_function, _detached_block_at_offset),
+    "add_then_with_sign_of_leaf_view": (_written_then_function(WithSign, _add_one_), _block_of_leaf_at_offset),
+    "add_then_with_sign_of_non_leaf_view": (
+        _written_then_function(WithSign, _add_one_),
+        _block_of_non_leaf_at_offset,
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(WRITTEN_AT_OFFSET_CASES, {}))
+def test_written_at_offset_then_function(name: str, mode: str) -> None:
+    check_in_mode(*WRITTEN_AT_OFFSET_CASES[name], mode)

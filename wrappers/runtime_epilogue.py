@@ -26,7 +26,7 @@ import torch
 from meta.indices import BaseArg, BaseOut, GraphArg, GraphOut, IndexMap, IntermediateBase
 from meta.recorder import ViewRecorder
 from meta.storage import clone_at_offset, whole_storage
-from meta.versions import Counters, counter_groups, uncounted
+from meta.versions import Counters, counter_groups, recorded_stale, refuse_history, uncounted
 from meta.view_and_mutation import (
     OutputAliasInfo,
     OutputType,
@@ -250,6 +250,8 @@ class _Step:
             outs[self.out] = outs[self.source]
         elif op == "replay_output":
             outs[self.out] = replay_views(outs[self.source], self.chain, made)
+        elif op == "refuse_history":
+            outs[self.out] = refuse_history(outs[self.out])
         else:
             assert op == "replay_intermediate", op
             key = -2 - self.source  # the hidden base as eager's root, made once per call (step keys are >= 0)
@@ -258,7 +260,11 @@ class _Step:
                 base = made[key] = _as_root(graph_outs[self.source])
             if self.flag and not base.requires_grad:
                 base.requires_grad_()  # a leaf made inside: its views require grad as eager's, from their base
-            outs[self.out] = replay_views(base, self.chain, made)
+            if info is not None and info.history_refused:
+                with recorded_stale(base):
+                    outs[self.out] = replay_views(base, self.chain, made)
+            else:
+                outs[self.out] = replay_views(base, self.chain, made)
 
     def emit(self, n: _Names) -> None:
         op, info, source = self.op, self.info, n.source
@@ -305,6 +311,8 @@ class _Step:
             source.line(f"{out} = {n.outs[self.source]}")
         elif op == "replay_output":
             source.line(f"{out} = {n.replay}({n.outs[self.source]}, {chain}, {n.made})")
+        elif op == "refuse_history":
+            source.line(f"{out} = {source.const(refuse_history, 'refuse_history')}({out})")
         else:
             assert op == "replay_intermediate", op
             base = n.roots.get(self.source, "")
@@ -314,7 +322,11 @@ class _Step:
             if self.flag:
                 with source.block(f"if not {base}.requires_grad:"):
                     source.line(f"{base}.requires_grad_()  # its views require grad as eager's")
-            source.line(f"{out} = {n.replay}({base}, {chain}, {n.made})")
+            if info is not None and info.history_refused:
+                with source.block(f"with {source.const(recorded_stale, 'recorded_stale')}({base}):"):
+                    source.line(f"{out} = {n.replay}({base}, {chain}, {n.made})")
+            else:
+                source.line(f"{out} = {n.replay}({base}, {chain}, {n.made})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,7 +386,15 @@ def _plan(
             assert info.base_intermediate is not None
             made_leaf = _made_a_leaf(meta.intermediate_bases[info.base_intermediate])
             graph_out = base_to_graph[info.base_intermediate]
-            steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf))
+            steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf, info=info))
+    # Last, once every output is made (eager's write came after the view, which replays after the graph's). Not
+    # the caller's input itself: its counter, and so its record, are the layers' that write inputs back.
+    made_here = [
+        out_idx
+        for out_idx, info in enumerate(infos)
+        if info.history_refused and info.output_type not in (OutputType.IS_INPUT, OutputType.IS_OUTPUT)
+    ]
+    steps.extend(_Step("refuse_history", out_idx) for out_idx in made_here)
     return _Plan(counters, tuple(infos), tuple(steps))
 
 

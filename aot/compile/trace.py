@@ -41,6 +41,7 @@ from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
 from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
 from meta.storage_set import StorageSetsOntoTensors
+from meta.versions import history_refused
 from meta.view_and_mutation import ViewAndMutationMeta
 
 __all__ = ["example_inputs", "fake_tangent", "identifier", "trace_inference", "trace_joint"]
@@ -231,7 +232,7 @@ def _trace_joint_once(
             history_stops,
             NoGradViewEdges([primal_args[i] for i in ungraded]),
         ):
-            outs = [fresh_views.fresh(out) for out in flat_fn(*primal_args)]
+            outs = [fresh_views.returned(out) for out in flat_fn(*primal_args)]
         made_leaves = _leaves_made_inside(history_stops.made, primal_args)
         history_stops.mark()
         if regenerated is not None:
@@ -244,8 +245,13 @@ def _trace_joint_once(
         cotangents = list(tangent_args)
         # Only outputs with a history take their tangent. Under no_grad only the enable_grad regions' outputs
         # have one; a mutated input's new value is written back without one (its tangent is unused); and, in
-        # either mode, a view taken under no_grad of one requiring grad (a Function's output) has none.
-        kept = [i for i, out in enumerate(differentiable) if out.requires_grad and out.grad_fn is not None]
+        # either mode, a view taken under no_grad of one requiring grad (a Function's output) has none, nor one
+        # whose history autograd refuses (written since).
+        kept = [
+            i
+            for i, out in enumerate(differentiable)
+            if out.requires_grad and not history_refused(out) and out.grad_fn is not None
+        ]
         differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
         if differentiable and (wants_grad or made_leaves):
             # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
