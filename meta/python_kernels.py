@@ -78,7 +78,6 @@ CORRECTIONS: tuple[tuple[torch._ops.OpOverload, DispatchKey, Correction], ...] =
 )
 
 
-
 def _masked_select_fake(
     torch_impl: Callable[..., Any], fake_mode: Any, func: Any, self: torch.Tensor, mask: torch.Tensor
 ) -> Any:
