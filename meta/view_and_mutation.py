@@ -216,6 +216,11 @@ class InputAliasInfo:
     # under no_grad), so eager's record is stale and its history taken again from its base, by strides, in its
     # final geometry (a gradient reaches elements of the base the geometry before the change did not span).
     metadata_record_stale: bool = False
+    # Each in-place geometry change in turn, the storage kept: (size, stride, offset relative to the original,
+    # whether autograd recorded it, the input's version after it relative to the call's start). Eager records each
+    # on the history the one before left, taken again by strides where a bump in between made a view's stale:
+    # ``as_strided_``'s backward reaches only the elements the geometry before it spanned. () where not known.
+    metadata_steps: tuple[tuple[tuple[int, ...], tuple[int, ...], int, bool, int], ...] = ()
     # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
     sets_requires_grad: bool = False
     # ``set_()`` gave the input another storage: ("input", j) that of input j, ("output", k) that of
@@ -258,6 +263,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: metadata_record_stale without a metadata mutation autograd recorded")
         if (self.final_metadata is not None) != self.mutates_metadata:
             raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
+        if self.metadata_steps and self.metadata_steps[-1][:3] != self.final_metadata:
+            raise ValueError(f"input {self.name}: metadata_steps must end in final_metadata")
 
     @property
     def mutation_visible_to_autograd(self) -> bool:

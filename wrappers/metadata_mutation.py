@@ -385,6 +385,19 @@ class MetadataMutation:
                 # stale is taken again, as one never made.
                 recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad
                 recorded = recorded and not info.metadata_record_stale
+                if recorded and target.requires_grad and len(info.metadata_steps) > 1:
+                    # Several changes: each in turn, in its grad mode, at eager's version, so autograd records each
+                    # on the history the one before left (taken again by strides where eager's was stale). One
+                    # restride to the final geometry would reach elements a step in between no longer spans.
+                    v = counters.before_of(before, arg_idx)
+                    assert v is not None
+                    start = target.storage_offset()
+                    for step_size, step_stride, step_offset, step_recorded, step_version in info.metadata_steps:
+                        if step_recorded:  # (an unrecorded one bumps the counter past the view's record: stale)
+                            set_versions([target], [v + step_version - 1])
+                        with torch.set_grad_enabled(step_recorded):
+                            target.as_strided_(step_size, step_stride, start + step_offset)
+                    continue
                 if recorded and target.requires_grad and info.version_bumps:
                     # The recorded change bumps the counter to eager's final value, and autograd's record of
                     # the view is taken at it: setting the counter afterwards would make it stale.
@@ -565,6 +578,7 @@ def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
         info,
         mutates_metadata=False,
         metadata_record_stale=False,
+        metadata_steps=(),
         final_metadata=None,
         storage_set_to=None,
         set_recorded=False,
@@ -652,8 +666,13 @@ class _MovedHistories(TorchFunctionMode):
         super().__init__()
         self._bases = bases  # id(input) -> (input, its base or, a leaf, itself, whether it is a leaf)
         self._moved: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
+        # id(input) -> (input, its stand-in after a geometry change autograd recorded, both versions then).
+        self._recorded: dict[int, tuple[torch.Tensor, torch.Tensor, tuple[int, int]]] = {}
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        recorded = self._recorded.get(id(value))
+        if recorded is not None and recorded[0] is value and (value._version, recorded[1]._version) == recorded[2]:
+            return recorded[1]
         found = self._moved.get(id(value))
         if found is None or found[0] is not value:
             return self._view_stand_in(value)
@@ -689,11 +708,27 @@ class _MovedHistories(TorchFunctionMode):
             out = func(*args, **kwargs)
             self._moved[id(args[0])] = found
             return out
+        moved = self._moved.get(id(args[0])) if args else None
+        if moved is not None and moved[0] is args[0] and not moved[2] and name in _INPLACE_VIEW_METHODS:
+            if torch.is_grad_enabled():
+                return self._recorded_change(func, args, kwargs)
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
         if not self._moved or own_object:
             return func(*args, **kwargs)
         return _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+
+    def _recorded_change(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """A geometry change in grad mode of a moved input: eager's autograd first takes the view's history again
+        (by strides, in the geometry it has), then records the change on it, whose backward reaches only the
+        elements that geometry spans (``as_strided_`` past them reaches none). Until the next write, later uses
+        get that record: a view of the stand-in before the change."""
+        target = args[0]
+        before = self._stand_in(target)
+        out = func(*args, **kwargs)
+        view = before.as_strided(target.shape, target.stride(), target.storage_offset())
+        self._recorded[id(target)] = (target, view, (target._version, view._version))
+        return out
 
 
 def _call_with_stand_ins(
