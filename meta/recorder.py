@@ -381,12 +381,22 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         size, stride, offset = geometry_of(tensor)
         return None if (size, stride, offset) == initial else (size, stride, offset - initial[2])
 
+    def _record_stale(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is a view whose last geometry change autograd did not record (under no_grad), or
+        whose counter moved since: eager takes its history again from the base, by strides."""
+        if tensor._base is None:
+            return False
+        last = next((w for w in reversed(self.writes) if w.metadata_only and w.tensor is tensor), None)
+        return last is not None and (not last.grad_enabled or last.version not in (-1, tensor._version))
+
     def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
         """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
         ``tensor``, taken again from the geometry it has now."""
         from_geometry = self._changed_geometry(tensor)
         self.clock += 1
         step = ViewStep(aten.alias.default, (), (), None, records(), self.clock * 1024, from_geometry)
+        if from_geometry is not None and self._record_stale(tensor):
+            step = dataclasses.replace(step, from_base=True)
         self._keep.append(fresh)
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, geometry_of(tensor))
 

@@ -82,6 +82,10 @@ class ViewStep:
     requires_grad_set: bool = False
     # Some arguments are sizes of the call (``meta.symbolic.RuntimeSize``), traced symbolic.
     runtime_sizes: bool = False
+    # ``from_geometry`` is taken from the tensor's base: eager's record of the changed view was stale (changed
+    # under no_grad), so autograd took its history again from the base by strides, reaching elements the view's
+    # old geometry does not span.
+    from_base: bool = False
 
     def replay(self, tensor: torch.Tensor, own: bool = False) -> torch.Tensor:
         """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
@@ -108,7 +112,11 @@ class ViewStep:
                 # written since, whose history autograd refuses): its geometry is taken without one too.
                 with torch.set_grad_enabled(grad_enabled and self.op is not torch.ops.aten.detach.default):
                     size, stride, relative_offset = from_geometry
-                    tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+                    source, base = tensor, tensor._base
+                    if self.from_base and base is not None and base.dtype == tensor.dtype:
+                        same_memory = base.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+                        source = base if same_memory else tensor
+                    tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
