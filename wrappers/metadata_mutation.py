@@ -103,6 +103,8 @@ class MetadataMutation:
         self._steps: tuple[Any, Any] | None = None
         # Inputs that are views of an input (no view) whose geometry the function changes.
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
+        # Inputs (no view) written after their geometry changes, in grad mode (``_written_after_change``).
+        self._written_after: frozenset[DedupedArg] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -127,12 +129,29 @@ class MetadataMutation:
         # and so views of them returned, taken again here once the caller's tensor has it.
         views_of_changed = _views_of(outer.args, no_views, mutated)
         self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
+        # Inputs written after their changes (``_written_after_change``): the function gets a stand-in that is no
+        # view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
+        # (Not one another input is a view of: that view's history is taken again from the stand-in for it,
+        # which ``_view_of_alias`` takes from the alias of a view.)
+        viewed = {base_idx for _, base_idx in views_of_changed}
+        written_after = frozenset(
+            i
+            for i in no_views
+            if _written_after_change(meta.input_info[i])
+            and torch.is_grad_enabled()
+            and _views_taken_at_the_end(meta, i)
+            and i not in viewed
+        )
+        self._written_after = written_after
         split = OutputSplit.of(
             meta,
             lambda info: (
                 info.after_set
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
-                or (info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input in self._views_of_changed)
+                or (
+                    info.output_type == OutputType.ALIAS_OF_INPUT
+                    and info.base_input in self._views_of_changed | written_after
+                )
             ),
             RestridedOut,
         )
@@ -142,7 +161,9 @@ class MetadataMutation:
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
         # Inputs whose history eager's set_() keeps: the graph also returns each as it ends, with that history.
-        kept_history = tuple(i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]))
+        kept_history = tuple(
+            i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_after
+        )
         self._kept_history = kept_history
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
         self._restrided = restrided
@@ -180,7 +201,9 @@ class MetadataMutation:
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
         # Of the inputs that are no views, those set_() under no_grad that carry a history: the function gets no
         # view of the input.
-        set_with_history = frozenset(i for i in no_views if _set_keeping_own_history(meta.input_info[i]))
+        set_with_history = frozenset(
+            i for i in no_views if _set_keeping_own_history(meta.input_info[i]) or i in kept_history
+        )
         inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -323,6 +346,7 @@ class MetadataMutation:
         kept_history = self._kept_history
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
+        written_after = self._written_after
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -378,6 +402,13 @@ class MetadataMutation:
                         with_history(AdoptHistory, target, histories[arg_idx])
                     retaken.append(target)
                     continue
+                if arg_idx in histories:
+                    # Written after its changes through a stand-in that is no view (``_written_after_change``): the
+                    # caller's tensor, in its final geometry, takes the stand-in's history as it ended, eager's.
+                    with torch.no_grad():
+                        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+                    with_history(AdoptHistory, target, histories[arg_idx])
+                    continue
                 if arg_idx in restrided_first or arg_idx in restrided:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
@@ -419,7 +450,10 @@ class MetadataMutation:
                 (out_idx, out_info)
                 for out_idx, out_info in enumerate(meta.output_info)
                 if out_info.after_set
-                or (out_info.output_type == OutputType.ALIAS_OF_INPUT and out_info.base_input in views_of_changed)
+                or (
+                    out_info.output_type == OutputType.ALIAS_OF_INPUT
+                    and out_info.base_input in views_of_changed | written_after
+                )
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
@@ -427,7 +461,10 @@ class MetadataMutation:
                 # At eager's version when eager took it: a view taken under no_grad, then changed, refuses its
                 # history as eager's does.
                 at = counters.before_of(before, base)
-                outs[out_idx] = replay_views(args[base], out_info.view_chain, made, at)
+                chain = out_info.view_chain
+                if base in written_after:  # taken in the final geometry, which the caller's tensor has now
+                    chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
             return outs
@@ -529,6 +566,25 @@ def _set_keeping_own_history(info: InputAliasInfo) -> bool:
     extend (a write in grad mode), as they do no other tensor's. A view of the input standing for it would have
     autograd take them as writes into the input below, whose gradient is then read after them."""
     return info.storage_set_to is not None and not info.set_recorded and info.requires_grad and not info.is_leaf
+
+
+def _written_after_change(info: InputAliasInfo) -> bool:
+    """A non-leaf requiring grad (no view) whose geometry changes, written where autograd sees it: eager's write
+    extends its own history, before or after the recorded changes (an ``as_strided_``'s backward reaching only
+    the elements the geometry before it spanned). Through a view of the input the write would be one into the
+    input below, scattered by the final geometry's strides past those changes."""
+    return info.requires_grad and not info.is_leaf and info.mutation_visible_to_autograd
+
+
+def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
+    """Whether every output that is a view of input ``arg_idx`` was taken in its final geometry, which the caller's
+    tensor has once restrided: replayed on it then, without the first step's ``from_geometry``."""
+    final = meta.input_info[arg_idx].final_metadata
+    return all(
+        bool(info.view_chain) and info.view_chain[0].from_geometry == final
+        for info in meta.output_info
+        if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+    )
 
 
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
