@@ -103,8 +103,8 @@ class MetadataMutation:
         self._steps: tuple[Any, Any] | None = None
         # Inputs that are views of an input (no view) whose geometry the function changes.
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
-        # Inputs (no view) written after their geometry changes, in grad mode (``_written_after_change``).
-        self._written_after: frozenset[DedupedArg] = frozenset()
+        # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
+        self._written_changed: frozenset[DedupedArg] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -129,20 +129,20 @@ class MetadataMutation:
         # and so views of them returned, taken again here once the caller's tensor has it.
         views_of_changed = _views_of(outer.args, no_views, mutated)
         self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
-        # Inputs written after their changes (``_written_after_change``): the function gets a stand-in that is no
-        # view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
+        # Inputs written with their geometry changed (``_written_with_changes``): the function gets a stand-in that
+        # is no view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
         # (Not one another input is a view of: that view's history is taken again from the stand-in for it,
         # which ``_view_of_alias`` takes from the alias of a view.)
         viewed = {base_idx for _, base_idx in views_of_changed}
-        written_after = frozenset(
+        written_changed = frozenset(
             i
             for i in no_views
-            if _written_after_change(meta.input_info[i])
+            if _written_with_changes(meta.input_info[i])
             and torch.is_grad_enabled()
             and _views_taken_at_the_end(meta, i)
             and i not in viewed
         )
-        self._written_after = written_after
+        self._written_changed = written_changed
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -150,7 +150,7 @@ class MetadataMutation:
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
-                    and info.base_input in self._views_of_changed | written_after
+                    and info.base_input in self._views_of_changed | written_changed
                 )
             ),
             RestridedOut,
@@ -162,7 +162,7 @@ class MetadataMutation:
         self._fresh = fresh
         # Inputs whose history eager's set_() keeps: the graph also returns each as it ends, with that history.
         kept_history = tuple(
-            i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_after
+            i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
         )
         self._kept_history = kept_history
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
@@ -199,8 +199,8 @@ class MetadataMutation:
         _refuse_views_before_move(meta, reshaped)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
-        # Of the inputs that are no views, those set_() under no_grad that carry a history: the function gets no
-        # view of the input.
+        # Of the inputs that are no views, those set_() under no_grad that carry a history, and those written with
+        # their geometry changed: the function gets no view of the input.
         set_with_history = frozenset(
             i for i in no_views if _set_keeping_own_history(meta.input_info[i]) or i in kept_history
         )
@@ -346,7 +346,7 @@ class MetadataMutation:
         kept_history = self._kept_history
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
-        written_after = self._written_after
+        written_changed = self._written_changed
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -403,8 +403,8 @@ class MetadataMutation:
                     retaken.append(target)
                     continue
                 if arg_idx in histories:
-                    # Written after its changes through a stand-in that is no view (``_written_after_change``): the
-                    # caller's tensor, in its final geometry, takes the stand-in's history as it ended, eager's.
+                    # Written through a stand-in that is no view (``_written_with_changes``): the caller's tensor, in
+                    # its final geometry, takes the stand-in's history as it ended, eager's.
                     with torch.no_grad():
                         target.as_strided_(size, stride, target.storage_offset() + relative_offset)
                     with_history(AdoptHistory, target, histories[arg_idx])
@@ -452,7 +452,7 @@ class MetadataMutation:
                 if out_info.after_set
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
-                    and out_info.base_input in views_of_changed | written_after
+                    and out_info.base_input in views_of_changed | written_changed
                 )
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
@@ -462,7 +462,7 @@ class MetadataMutation:
                 # history as eager's does.
                 at = counters.before_of(before, base)
                 chain = out_info.view_chain
-                if base in written_after:  # taken in the final geometry, which the caller's tensor has now
+                if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
@@ -568,7 +568,7 @@ def _set_keeping_own_history(info: InputAliasInfo) -> bool:
     return info.storage_set_to is not None and not info.set_recorded and info.requires_grad and not info.is_leaf
 
 
-def _written_after_change(info: InputAliasInfo) -> bool:
+def _written_with_changes(info: InputAliasInfo) -> bool:
     """A non-leaf requiring grad (no view) whose geometry changes, written where autograd sees it: eager's write
     extends its own history, before or after the recorded changes (an ``as_strided_``'s backward reaching only
     the elements the geometry before it spanned). Through a view of the input the write would be one into the
@@ -765,9 +765,9 @@ class _MovedHistories(TorchFunctionMode):
             self._moved[id(args[0])] = found
             return out
         moved = self._moved.get(id(args[0])) if args else None
-        if moved is not None and moved[0] is args[0] and not moved[2] and name in _INPLACE_VIEW_METHODS:
-            if torch.is_grad_enabled():
-                return self._recorded_change(func, args, kwargs)
+        changes = moved is not None and moved[0] is args[0] and not moved[2] and name in _INPLACE_VIEW_METHODS
+        if changes and torch.is_grad_enabled():
+            return self._recorded_change(func, args, kwargs)
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
         if not self._moved or own_object:
