@@ -260,6 +260,7 @@ def collect_meta(
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
             i in reshaped,
+            version,
         )
         for i, (name, real, fake, geometry, version, requires_grad, initial_storage, set_to, history) in enumerate(
             zip(
@@ -729,6 +730,7 @@ def _input_info(
     storage_grown_to: int,
     moves_history: bool,
     moves_to_new_shape: bool,
+    initial_version: int,
 ) -> InputAliasInfo:
     # Writes into the input's own memory (not into a storage set_() gave it later).
     key, interval = initial_storage
@@ -750,6 +752,26 @@ def _input_info(
     elif metadata_writes:
         # Relative to the input's own offset: a later call may pass it at another offset.
         final_metadata = (tuple(fake.shape), tuple(fake.stride()), offset_of(fake) - initial_geometry[2])
+    metadata_steps: tuple[tuple[tuple[int, ...], tuple[int, ...], int, bool, int], ...] = ()
+    if storage_set_to is None and final_metadata is not None:
+        steps = [
+            (
+                w.geometry[0],
+                w.geometry[1],
+                w.geometry[2] - initial_geometry[2],
+                w.grad_enabled,
+                w.version - initial_version,
+            )
+            for w in metadata_writes
+            if w.geometry is not None
+        ]
+        # Plain ints only (symbolic sizes keep the single restride to the final geometry), ending where it ends.
+        if (
+            len(steps) == len(metadata_writes)
+            and all(type(n) is int for step in steps for n in (*step[0], *step[1], step[2]))
+            and steps[-1][:3] == final_metadata
+        ):
+            metadata_steps = tuple(steps)
     # An autograd.Function that wrote the input and marked it dirty: its forward ran under no_grad, yet
     # eager records the write (the history of the input, or of its base, is now the Function's backward).
     marked_dirty = bool(data_writes) and history_rewritten
@@ -776,6 +798,7 @@ def _input_info(
         storage_reach=storage_reach,
         writes_within_inputs=writes_within_inputs,
         metadata_mutations_under_no_grad=bool(metadata_writes) and not recorded_metadata_writes,
+        metadata_steps=metadata_steps,
         metadata_record_stale=real._base is not None
         and bool(recorded_metadata_writes)
         and recorded_metadata_writes[-1].version not in (-1, fake._version),

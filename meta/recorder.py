@@ -70,6 +70,8 @@ class Write:
     # Its version counter once autograd bumped it for the write (-1: it has none, an inference tensor), set when
     # the recorder settles the write (autograd bumps after the op returns).
     version: int = -1
+    # A metadata-only write: the geometry it left the tensor in, set when the recorder settles it.
+    geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
     def __post_init__(self) -> None:
         self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
@@ -191,6 +193,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 break
             if not write.tensor.is_inference():
                 write.version = write.tensor._version
+            if write.metadata_only and write.tensor.layout == torch.strided:
+                write.geometry = geometry_of(write.tensor)
         for i, source in enumerate(self._sources):
             current = source._version
             if current != self._seen_versions[i] and pending[1]:
@@ -215,6 +219,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._check_inference_write_as_eager(func, args, kwargs)
         with self:  # eager resizes out= arguments before writing them: recorded as the resize_ it is
             resize_outs_as_eager(func, args, kwargs)
+        self.settle()  # (the geometry it left: the op's own write is pending next)
         refuse_order_dependent_writes(func, args, kwargs)
         self.clock += 1
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -302,7 +307,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 made = self.node(first)
                 view_grad_enabled = made.step.grad_enabled if made.step is not None else grad_enabled
                 key = self.clock * 1024
-                step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, version, True)
+                # Autograd records a change it tracks at the version it bumps to (after the op): the replay's
+                # view is then no stale one, whose history autograd would take again by strides from the
+                # base (reaching memory an ``as_strided_`` of a view does not). One under no_grad it leaves stale.
+                recorded_at = version + 1 if version >= 0 and grad_enabled and first.requires_grad else version
+                step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, recorded_at, True)
                 self.nodes[id(first)] = _Node(first, made, step, parent_geometry)
         elif first is not None and (func.is_view or (not writes and self._aliases_source(first, out))):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
@@ -373,12 +382,22 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         size, stride, offset = geometry_of(tensor)
         return None if (size, stride, offset) == initial else (size, stride, offset - initial[2])
 
+    def _record_stale(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is a view whose last geometry change autograd did not record (under no_grad), or
+        whose counter moved since: eager takes its history again from the base, by strides."""
+        if tensor._base is None:
+            return False
+        last = next((w for w in reversed(self.writes) if w.metadata_only and w.tensor is tensor), None)
+        return last is not None and (not last.grad_enabled or last.version not in (-1, tensor._version))
+
     def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
         """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
         ``tensor``, taken again from the geometry it has now."""
         from_geometry = self._changed_geometry(tensor)
         self.clock += 1
         step = ViewStep(aten.alias.default, (), (), None, records(), self.clock * 1024, from_geometry)
+        if from_geometry is not None and self._record_stale(tensor):
+            step = dataclasses.replace(step, from_base=True)
         self._keep.append(fresh)
         self.nodes[id(fresh)] = _Node(fresh, self.node(tensor), step, geometry_of(tensor))
 

@@ -82,6 +82,10 @@ class ViewStep:
     requires_grad_set: bool = False
     # Some arguments are sizes of the call (``meta.symbolic.RuntimeSize``), traced symbolic.
     runtime_sizes: bool = False
+    # ``from_geometry`` is taken from the tensor's base: eager's record of the changed view was stale (changed
+    # under no_grad), so autograd took its history again from the base by strides, reaching elements the view's
+    # old geometry does not span.
+    from_base: bool = False
 
     def replay(self, tensor: torch.Tensor, own: bool = False) -> torch.Tensor:
         """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
@@ -108,7 +112,11 @@ class ViewStep:
                 # written since, whose history autograd refuses): its geometry is taken without one too.
                 with torch.set_grad_enabled(grad_enabled and self.op is not torch.ops.aten.detach.default):
                     size, stride, relative_offset = from_geometry
-                    tensor = tensor.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+                    source, base = tensor, tensor._base
+                    if self.from_base and base is not None and base.dtype == tensor.dtype:
+                        same_memory = base.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+                        source = base if same_memory else tensor
+                    tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
@@ -216,6 +224,11 @@ class InputAliasInfo:
     # under no_grad), so eager's record is stale and its history taken again from its base, by strides, in its
     # final geometry (a gradient reaches elements of the base the geometry before the change did not span).
     metadata_record_stale: bool = False
+    # Each in-place geometry change in turn, the storage kept: (size, stride, offset relative to the original,
+    # whether autograd recorded it, the input's version after it relative to the call's start). Eager records each
+    # on the history the one before left, taken again by strides where a bump in between made a view's stale:
+    # ``as_strided_``'s backward reaches only the elements the geometry before it spanned. () where not known.
+    metadata_steps: tuple[tuple[tuple[int, ...], tuple[int, ...], int, bool, int], ...] = ()
     # The function called requires_grad_() on the input itself: the caller's tensor requires grad after.
     sets_requires_grad: bool = False
     # ``set_()`` gave the input another storage: ("input", j) that of input j, ("output", k) that of
@@ -258,6 +271,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: metadata_record_stale without a metadata mutation autograd recorded")
         if (self.final_metadata is not None) != self.mutates_metadata:
             raise ValueError(f"input {self.name}: final_metadata is set exactly when the metadata is mutated")
+        if self.metadata_steps and self.metadata_steps[-1][:3] != self.final_metadata:
+            raise ValueError(f"input {self.name}: metadata_steps must end in final_metadata")
 
     @property
     def mutation_visible_to_autograd(self) -> bool:

@@ -103,6 +103,8 @@ class MetadataMutation:
         self._steps: tuple[Any, Any] | None = None
         # Inputs that are views of an input (no view) whose geometry the function changes.
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
+        # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
+        self._written_changed: frozenset[DedupedArg] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -127,12 +129,29 @@ class MetadataMutation:
         # and so views of them returned, taken again here once the caller's tensor has it.
         views_of_changed = _views_of(outer.args, no_views, mutated)
         self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
+        # Inputs written with their geometry changed (``_written_with_changes``): the function gets a stand-in that
+        # is no view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
+        # (Not one another input is a view of: that view's history is taken again from the stand-in for it,
+        # which ``_view_of_alias`` takes from the alias of a view.)
+        viewed = {base_idx for _, base_idx in views_of_changed}
+        written_changed = frozenset(
+            i
+            for i in no_views
+            if _written_with_changes(meta.input_info[i])
+            and torch.is_grad_enabled()
+            and _views_taken_at_the_end(meta, i)
+            and i not in viewed
+        )
+        self._written_changed = written_changed
         split = OutputSplit.of(
             meta,
             lambda info: (
                 info.after_set
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
-                or (info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input in self._views_of_changed)
+                or (
+                    info.output_type == OutputType.ALIAS_OF_INPUT
+                    and info.base_input in self._views_of_changed | written_changed
+                )
             ),
             RestridedOut,
         )
@@ -142,7 +161,9 @@ class MetadataMutation:
         fresh = tuple(i for i in mutated if meta.input_info[i].storage_set_to == ("fresh", -1))
         self._fresh = fresh
         # Inputs whose history eager's set_() keeps: the graph also returns each as it ends, with that history.
-        kept_history = tuple(i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]))
+        kept_history = tuple(
+            i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
+        )
         self._kept_history = kept_history
         restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
         self._restrided = restrided
@@ -178,9 +199,11 @@ class MetadataMutation:
         _refuse_views_before_move(meta, reshaped)
         num_inputs = len(outer.args)
         inner_args += [_base_of(outer.args[arg_idx]) for arg_idx in moved]
-        # Of the inputs that are no views, those set_() under no_grad that carry a history: the function gets no
-        # view of the input.
-        set_with_history = frozenset(i for i in no_views if _set_keeping_own_history(meta.input_info[i]))
+        # Of the inputs that are no views, those set_() under no_grad that carry a history, and those written with
+        # their geometry changed: the function gets no view of the input.
+        set_with_history = frozenset(
+            i for i in no_views if _set_keeping_own_history(meta.input_info[i]) or i in kept_history
+        )
         inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -323,6 +346,7 @@ class MetadataMutation:
         kept_history = self._kept_history
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
+        written_changed = self._written_changed
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -380,6 +404,13 @@ class MetadataMutation:
                         with_history(AdoptHistory, target, histories[arg_idx])
                     retaken.append(target)
                     continue
+                if arg_idx in histories:
+                    # Written through a stand-in that is no view (``_written_with_changes``): the caller's tensor, in
+                    # its final geometry, takes the stand-in's history as it ended, eager's.
+                    with torch.no_grad():
+                        target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+                    with_history(AdoptHistory, target, histories[arg_idx])
+                    continue
                 if arg_idx in restrided_first or arg_idx in restrided:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
@@ -387,6 +418,19 @@ class MetadataMutation:
                 # stale is taken again, as one never made.
                 recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad
                 recorded = recorded and not info.metadata_record_stale
+                if recorded and target.requires_grad and len(info.metadata_steps) > 1:
+                    # Several changes: each in turn, in its grad mode, at eager's version, so autograd records each
+                    # on the history the one before left (taken again by strides where eager's was stale). One
+                    # restride to the final geometry would reach elements a step in between no longer spans.
+                    v = counters.before_of(before, arg_idx)
+                    assert v is not None
+                    start = target.storage_offset()
+                    for step_size, step_stride, step_offset, step_recorded, step_version in info.metadata_steps:
+                        if step_recorded:  # (an unrecorded one bumps the counter past the view's record: stale)
+                            set_versions([target], [v + step_version - 1])
+                        with torch.set_grad_enabled(step_recorded):
+                            target.as_strided_(step_size, step_stride, start + step_offset)
+                    continue
                 if recorded and target.requires_grad and info.version_bumps:
                     # The recorded change bumps the counter to eager's final value, and autograd's record of
                     # the view is taken at it: setting the counter afterwards would make it stale.
@@ -413,7 +457,10 @@ class MetadataMutation:
                 (out_idx, out_info)
                 for out_idx, out_info in enumerate(meta.output_info)
                 if out_info.after_set
-                or (out_info.output_type == OutputType.ALIAS_OF_INPUT and out_info.base_input in views_of_changed)
+                or (
+                    out_info.output_type == OutputType.ALIAS_OF_INPUT
+                    and out_info.base_input in views_of_changed | written_changed
+                )
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
@@ -421,7 +468,10 @@ class MetadataMutation:
                 # At eager's version when eager took it: a view taken under no_grad, then changed, refuses its
                 # history as eager's does.
                 at = counters.before_of(before, base)
-                outs[out_idx] = replay_views(args[base], out_info.view_chain, made, at)
+                chain = out_info.view_chain
+                if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
+                    chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
             return outs
@@ -525,6 +575,25 @@ def _set_keeping_own_history(info: InputAliasInfo) -> bool:
     return info.storage_set_to is not None and not info.set_recorded and info.requires_grad and not info.is_leaf
 
 
+def _written_with_changes(info: InputAliasInfo) -> bool:
+    """A non-leaf requiring grad (no view) whose geometry changes, written where autograd sees it: eager's write
+    extends its own history, before or after the recorded changes (an ``as_strided_``'s backward reaching only
+    the elements the geometry before it spanned). Through a view of the input the write would be one into the
+    input below, scattered by the final geometry's strides past those changes."""
+    return info.requires_grad and not info.is_leaf and info.mutation_visible_to_autograd
+
+
+def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
+    """Whether every output that is a view of input ``arg_idx`` was taken in its final geometry, which the caller's
+    tensor has once restrided: replayed on it then, without the first step's ``from_geometry``."""
+    final = meta.input_info[arg_idx].final_metadata
+    return all(
+        bool(info.view_chain) and info.view_chain[0].from_geometry == final
+        for info in meta.output_info
+        if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+    )
+
+
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
     """An alias of ``arg`` (no view, no leaf) whose gradient goes to ``arg``: its in-place ops are its own."""
     with torch.enable_grad():
@@ -572,6 +641,7 @@ def _as_below(info: InputAliasInfo, **changes: Any) -> InputAliasInfo:
         info,
         mutates_metadata=False,
         metadata_record_stale=False,
+        metadata_steps=(),
         final_metadata=None,
         storage_set_to=None,
         set_recorded=False,
@@ -659,8 +729,13 @@ class _MovedHistories(TorchFunctionMode):
         super().__init__()
         self._bases = bases  # id(input) -> (input, its base or, a leaf, itself, whether it is a leaf)
         self._moved: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
+        # id(input) -> (input, its stand-in after a geometry change autograd recorded, both versions then).
+        self._recorded: dict[int, tuple[torch.Tensor, torch.Tensor, tuple[int, int]]] = {}
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        recorded = self._recorded.get(id(value))
+        if recorded is not None and recorded[0] is value and (value._version, recorded[1]._version) == recorded[2]:
+            return recorded[1]
         found = self._moved.get(id(value))
         if found is None or found[0] is not value:
             return self._view_stand_in(value)
@@ -696,11 +771,27 @@ class _MovedHistories(TorchFunctionMode):
             out = func(*args, **kwargs)
             self._moved[id(args[0])] = found
             return out
+        moved = self._moved.get(id(args[0])) if args else None
+        changes = moved is not None and moved[0] is args[0] and not moved[2] and name in _INPLACE_VIEW_METHODS
+        if changes and torch.is_grad_enabled():
+            return self._recorded_change(func, args, kwargs)
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
         if not self._moved or own_object:
             return func(*args, **kwargs)
         return _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+
+    def _recorded_change(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """A geometry change in grad mode of a moved input: eager's autograd first takes the view's history again
+        (by strides, in the geometry it has), then records the change on it, whose backward reaches only the
+        elements that geometry spans (``as_strided_`` past them reaches none). Until the next write, later uses
+        get that record: a view of the stand-in before the change."""
+        target = args[0]
+        before = self._stand_in(target)
+        out = func(*args, **kwargs)
+        view = before.as_strided(target.shape, target.stride(), target.storage_offset())
+        self._recorded[id(target)] = (target, view, (target._version, view._version))
+        return out
 
 
 def _call_with_stand_ins(
