@@ -398,16 +398,21 @@ class SyntheticBase:
             """After the inner call: the write-back, the outputs rebuilt on the caller's tensors."""
             made: dict[int, torch.Tensor] = {}
 
-            def rebuild(out: RestridedOut, info: OutputAliasInfo[RestridedArg, RestridedOut]) -> torch.Tensor:
+            def rebuild(
+                out: RestridedOut, info: OutputAliasInfo[RestridedArg, RestridedOut], early: bool = False
+            ) -> torch.Tensor:
                 base = info.base_input
                 assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
                     return args[base]
                 at = counters.before_of(before, base)
-                return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, at))
+                view = replay_views(args[base], info.view_chain, made, at)
+                # A view taken before the write-back gets its requires_grad from it, as eager's view of a
+                # detach() alias does from the write of a value requiring grad: not from a copy made here.
+                return view if early else info.with_requires_grad_set_inside(view)
 
             early = {
-                RestridedOut(i): rebuild(RestridedOut(i), info)
+                RestridedOut(i): rebuild(RestridedOut(i), info, early=True)
                 for i, info in enumerate(meta.output_info)
                 if RestridedOut(i) in split.rebuilt and info.replay_before_write_back
             }
