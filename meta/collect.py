@@ -228,6 +228,16 @@ def collect_meta(
     # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
     # again from the caller's tensor once it is moved.
     moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
+    # Inputs needing no grad set_() within their own memory onto an input requiring grad: moved too, as eager's
+    # set_() gave them that input's history (``_grad_source_in_own_memory``).
+    set_within = {
+        i: source
+        for i, fake in enumerate(fakes)
+        if id(fake) in recorder.recorded_sets
+        and not initially_requiring_grad[i]
+        and (source := _grad_source_in_own_memory(i, fakes, initial_storages)) is not None
+    }
+    moved |= {id(fakes[i]) for i in set_within}
     # And views of a leaf whose geometry changed under no_grad after a use in grad mode: eager's views take
     # their history again from the leaf in its final geometry (the caller's, once restrided).
     moved |= recorder.accumulator_kept
@@ -237,6 +247,8 @@ def collect_meta(
         if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
             after_set.add(id(out))
     storage_set_to = _new_storages(fakes, initial_storages, [None if id(o) in after_set else o for o in outs])
+    for i, source in set_within.items():
+        storage_set_to[i] = source
     input_info = tuple(
         _input_info(
             name,
@@ -817,6 +829,24 @@ def _new_storages(
         )
         found.append(None if key == initial_key else next(itertools.chain(inputs, outputs, moved_with), ("fresh", -1)))
     return found
+
+
+def _grad_source_in_own_memory(
+    i: int, fakes: Sequence[torch.Tensor], initial_storages: Sequence[tuple[int, tuple[int, int]]]
+) -> tuple[str, int] | None:
+    """For input ``i``, needing no grad and set_() within its own storage: an input of that storage requiring
+    grad, as where it was set_() (None: none requires grad, or the set_() moved no history).
+
+    Eager's recorded set_() of a tensor needing none onto a source requiring grad (a ``detach()`` alias onto a
+    view of its base) leaves it requiring grad, with set_'s history: more than the geometry change the layers
+    take a set_() within the same storage for. Onto another input's memory, the caller's tensor is set_() onto
+    that input after the call, as eager's was."""
+    fake, key = fakes[i], initial_storages[i][0]
+    if not fake.requires_grad or storage_key(fake) != key:
+        return None
+    sources = (j for j, other in enumerate(fakes) if j != i and initial_storages[j][0] == key and other.requires_grad)
+    j = next(sources, None)
+    return None if j is None else ("input", j)
 
 
 def _sources_as_offsets(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.functions import DoublesInPlace
-from tests.oracle import MODES, check_in_mode
+from tests.oracle import MODES, check, check_in_mode
 
 
 def _randn(*shape: int) -> torch.Tensor:
@@ -34,6 +34,7 @@ OVERLAPPING = _blocks(slice(0, 6), slice(3, 9))
 OVERLAPPING_DATA = _blocks(slice(3, 9), slice(0, 6), alias="data")
 SQUARE_BLOCKS = _blocks(slice(12, 24), slice(24, 36), shape=(3, 4))  # the fuzzer's geometry
 SQUARE_BLOCKS_DATA = _blocks(slice(12, 24), slice(24, 36), alias="data", shape=(3, 4))
+SQUARE_OVERLAPPING = _blocks(slice(12, 24), slice(16, 28), shape=(3, 4))
 
 
 # Class 8 (program 4665): a view of the alias taken, then the alias written from a value requiring grad. Eager's
@@ -100,3 +101,113 @@ VIEW_BEFORE_WRITE = {
 @pytest.mark.parametrize("name", sorted(VIEW_BEFORE_WRITE))
 def test_view_of_detached_alias_taken_before_write(name, mode):
     check_in_mode(*VIEW_BEFORE_WRITE[name], mode)
+
+
+# Class 7 (program 3163): the alias set_() onto the other input (or a view of it), in the same storage. Eager
+# records the set_() (its source requires grad): the alias requires grad after, with set_'s history, whose
+# derivative raises. The set_() kept the storage, so the metadata-mutation layer took it for a geometry change
+# (as_strided_), which gives a tensor needing no grad none.
+
+
+def _alias_set_onto_other(a0, a1):
+    a0.set_(a1)
+    return (a0, sum(t.real.sum() for t in (a0, a1)))
+
+
+def _alias_set_onto_other_gradient_elsewhere(a0, a1):
+    a0.set_(a1)
+    return (a0, a1 * 2)
+
+
+def _alias_set_onto_view_of_other(a0, a1):
+    a0.set_(a1[1:])
+    return (a0.t(), a1.sum())
+
+
+def _alias_set_onto_other_then_viewed(a0, a1):
+    a0.set_(a1)
+    v0 = a0[..., ::2]
+    return (v0, a0.shape[0] * a1)
+
+
+def _alias_set_under_no_grad_onto_other(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1)
+    return (a0, a1 * 2)
+
+
+def _alias_set_in_enable_grad_onto_other(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1)
+    return (a0, a1 * 2)
+
+
+def _view_of_alias_then_alias_set_onto_other(a0, a1):
+    v0 = a0[1:]
+    a0.set_(a1)
+    return (v0, a0, a1.sum())
+
+
+def _alias_set_onto_other_twice(a0, a1):
+    a0.set_(a1)
+    a0.set_(a1[1:])
+    return (a0, a1 * 1)
+
+
+def _alias_set_onto_other_then_written(a0, a1):
+    a0.set_(a1)
+    a0.mul_(2)
+    return (a0, a1 * 1)
+
+
+def _other_set_onto_alias(a0, a1):
+    a1.set_(a0)
+    return (a1, a0 * 1)
+
+
+def _second_as_alias(make):
+    def swapped():
+        a0, a1 = make()
+        return (a1, a0)
+
+    return swapped
+
+
+SET_ONTO_OTHER = {
+    "alias_set_onto_other": (_alias_set_onto_other, SQUARE_BLOCKS),
+    "alias_set_onto_other_data": (_alias_set_onto_other, SQUARE_BLOCKS_DATA),
+    "alias_set_onto_other_overlapping": (_alias_set_onto_other, SQUARE_OVERLAPPING),
+    "alias_set_onto_other_after": (_alias_set_onto_other, DISJOINT_AFTER),
+    "alias_set_onto_other_gradient_elsewhere": (_alias_set_onto_other_gradient_elsewhere, DISJOINT),
+    "alias_set_onto_view_of_other": (_alias_set_onto_view_of_other, SQUARE_BLOCKS),
+    "alias_set_onto_view_of_other_overlapping": (_alias_set_onto_view_of_other, SQUARE_OVERLAPPING),
+    "alias_set_onto_other_then_viewed": (_alias_set_onto_other_then_viewed, SQUARE_BLOCKS_DATA),
+    "alias_set_under_no_grad_onto_other": (_alias_set_under_no_grad_onto_other, SQUARE_BLOCKS),
+    "alias_set_in_enable_grad_onto_other": (_alias_set_in_enable_grad_onto_other, DISJOINT_DATA),
+    "view_of_alias_then_alias_set_onto_other": (_view_of_alias_then_alias_set_onto_other, DISJOINT),
+    "view_of_alias_then_alias_set_onto_other_overlapping": (_view_of_alias_then_alias_set_onto_other, OVERLAPPING),
+    "alias_set_onto_other_twice": (_alias_set_onto_other_twice, DISJOINT_DATA),
+    "alias_set_onto_other_then_written": (_alias_set_onto_other_then_written, DISJOINT),
+    "other_set_onto_alias": (_other_set_onto_alias, _second_as_alias(DISJOINT)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_OTHER))
+def test_detached_alias_set_onto_other_input(name, mode):
+    check_in_mode(*SET_ONTO_OTHER[name], mode)
+
+
+def test_detached_alias_set_onto_other_input_reusing_compiled():
+    """The fuzzer's order: compiled for two views requiring grad, called again with the first a detach() alias."""
+
+    def views():
+        s0 = _randn(36).requires_grad_() * 1
+        return (s0[12:24].view(3, 4), s0[24:36].view(3, 4))
+
+    def first_detached():
+        a0, a1 = views()
+        return (a0.detach(), a1)
+
+    compiled = check(_alias_set_onto_other, views)
+    check(_alias_set_onto_other, first_detached, compiled_fn=compiled)
