@@ -211,3 +211,70 @@ def test_detached_alias_set_onto_other_input_reusing_compiled():
 
     compiled = check(_alias_set_onto_other, views)
     check(_alias_set_onto_other, first_detached, compiled_fn=compiled)
+
+
+# Program 4665 again, once class 8 was fixed: the alias written from a value requiring grad, and memory of the
+# other input written where the layers cannot tell which elements (after a change of its geometry, or through an
+# ``as_strided`` at an absolute offset). The synthetic-base layer wrote the whole base back through a view of the
+# alias reaching past its elements: its backward failed (setStorage out of bounds). The base's copy has no history
+# of a write through the alias (a detached view of it inside): eager's alias has one of its own.
+
+
+def _other_squeezed_alias_written_other_written_unseen(a0, a1):
+    a1.squeeze_()
+    a0.mul_(a1)
+    a1.detach().add_(1)
+    return (a0,)
+
+
+def _alias_written_then_absolute_write_into_it(a0, a1):
+    a0.mul_(a1)
+    a1.detach().as_strided((2,), (1,), 0).add_(1)
+    return (a0, a1 * 1)
+
+
+def _other_unsqueezed_both_written(a0, a1):
+    a1.unsqueeze_(0)
+    a0.add_(a1[0])
+    a1.mul_(2)
+    return (a0, a1)
+
+
+def _ten(first: slice, second: slice, alias: str = "detach"):
+    def make():
+        s0 = _randn(12).requires_grad_() * 1
+        a0, a1 = s0[first], s0[second]
+        return (a0.detach() if alias == "detach" else a0.data, a1)
+
+    return make
+
+
+WRITTEN_BACK_WHOLE = {
+    "other_squeezed_alias_written_other_written_unseen": (
+        _other_squeezed_alias_written_other_written_unseen,
+        _ten(slice(0, 5), slice(5, 10)),
+    ),
+    "other_squeezed_alias_written_other_written_unseen_data_after": (
+        _other_squeezed_alias_written_other_written_unseen,
+        _ten(slice(5, 10), slice(0, 5), alias="data"),
+    ),
+    "other_squeezed_alias_written_other_written_unseen_overlapping": (
+        _other_squeezed_alias_written_other_written_unseen,
+        _ten(slice(0, 5), slice(3, 8)),
+    ),
+    "alias_written_then_absolute_write_into_it": (
+        _alias_written_then_absolute_write_into_it,
+        _ten(slice(0, 5), slice(5, 10)),
+    ),
+    "other_unsqueezed_both_written": (_other_unsqueezed_both_written, _ten(slice(0, 5), slice(5, 10))),
+    "other_unsqueezed_both_written_data": (
+        _other_unsqueezed_both_written,
+        _ten(slice(0, 5), slice(5, 10), alias="data"),
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(WRITTEN_BACK_WHOLE))
+def test_detached_alias_written_with_base_written_back_whole(name, mode):
+    check_in_mode(*WRITTEN_BACK_WHOLE[name], mode)
