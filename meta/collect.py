@@ -230,14 +230,14 @@ def collect_meta(
     moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
     # Inputs needing no grad set_() within their own memory onto an input requiring grad: moved too, as eager's
     # set_() gave them that input's history (``_grad_source_in_own_memory``).
-    set_within = {
+    set_in_own_memory = {
         i: source
         for i, fake in enumerate(fakes)
         if id(fake) in recorder.recorded_sets
         and not initially_requiring_grad[i]
         and (source := _grad_source_in_own_memory(i, fakes, initial_storages)) is not None
     }
-    moved |= {id(fakes[i]) for i in set_within}
+    moved |= {id(fakes[i]) for i in set_in_own_memory}
     # And views of a leaf whose geometry changed under no_grad after a use in grad mode: eager's views take
     # their history again from the leaf in its final geometry (the caller's, once restrided).
     moved |= recorder.accumulator_kept
@@ -247,7 +247,7 @@ def collect_meta(
         if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
             after_set.add(id(out))
     storage_set_to = _new_storages(fakes, initial_storages, [None if id(o) in after_set else o for o in outs])
-    for i, source in set_within.items():
+    for i, source in set_in_own_memory.items():
         storage_set_to[i] = source
     input_info = tuple(
         _input_info(
