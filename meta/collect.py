@@ -228,14 +228,13 @@ def collect_meta(
     # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
     # again from the caller's tensor once it is moved.
     moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
-    # Inputs needing no grad set_() within their own memory onto an input requiring grad: moved too, as eager's
-    # set_() gave them that input's history (``_grad_source_in_own_memory``).
+    # Inputs whose set_() within their own memory autograd recorded: moved too, as set_() onto another input is
+    # (``_set_source_in_own_memory``).
     set_in_own_memory = {
         i: source
         for i, fake in enumerate(fakes)
         if id(fake) in recorder.recorded_sets
-        and not initially_requiring_grad[i]
-        and (source := _grad_source_in_own_memory(i, fakes, initial_storages)) is not None
+        and (source := _set_source_in_own_memory(i, fakes, initial_storages)) is not None
     }
     moved |= {id(fakes[i]) for i in set_in_own_memory}
     # And views of a leaf whose geometry changed under no_grad after a use in grad mode: eager's views take
@@ -831,22 +830,21 @@ def _new_storages(
     return found
 
 
-def _grad_source_in_own_memory(
+def _set_source_in_own_memory(
     i: int, fakes: Sequence[torch.Tensor], initial_storages: Sequence[tuple[int, tuple[int, int]]]
 ) -> tuple[str, int] | None:
-    """For input ``i``, needing no grad and set_() within its own storage: an input of that storage requiring
-    grad, as where it was set_() (None: none requires grad, or the set_() moved no history).
+    """For input ``i``, set_() within its own storage by a set_() autograd recorded: the input of that storage
+    it is taken as set_() onto, one requiring grad if any, else itself (None: it ends needing no grad, or moved).
 
-    Eager's recorded set_() of a tensor needing none onto a source requiring grad (a ``detach()`` alias onto a
-    view of its base) leaves it requiring grad, with set_'s history: more than the geometry change the layers
-    take a set_() within the same storage for. Onto another input's memory, the caller's tensor is set_() onto
-    that input after the call, as eager's was."""
+    A recorded set_() is more than the geometry change the layers take a set_() within the same storage for: it
+    leaves the tensor (a ``detach()`` alias onto a view of its base, say) requiring grad, with set_'s history,
+    and a view's base with one too, whose derivative raises. Taken as a set_() onto an input, the caller's tensor
+    is set_() onto that input after the call, as eager's was; set_'s history does not depend on which."""
     fake, key = fakes[i], initial_storages[i][0]
     if not fake.requires_grad or storage_key(fake) != key:
         return None
     sources = (j for j, other in enumerate(fakes) if j != i and initial_storages[j][0] == key and other.requires_grad)
-    j = next(sources, None)
-    return None if j is None else ("input", j)
+    return ("input", next(sources, i))
 
 
 def _sources_as_offsets(

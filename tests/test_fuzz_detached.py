@@ -106,7 +106,8 @@ def test_view_of_detached_alias_taken_before_write(name, mode):
 # Class 7 (program 3163): the alias set_() onto the other input (or a view of it), in the same storage. Eager
 # records the set_() (its source requires grad): the alias requires grad after, with set_'s history, whose
 # derivative raises. The set_() kept the storage, so the metadata-mutation layer took it for a geometry change
-# (as_strided_), which gives a tensor needing no grad none.
+# (as_strided_), which gives a tensor needing no grad none. So for a view requiring grad set_() there: eager's
+# base gets set_'s history, the geometry change's gave a gradient where eager's backward raises.
 
 
 def _alias_set_onto_other(a0, a1):
@@ -165,6 +166,16 @@ def _other_set_onto_alias(a0, a1):
     return (a1, a0 * 1)
 
 
+def _other_set_onto_alias_then_viewed(a0, a1):
+    a1.set_(a0)
+    return (a1[1:], a0 * 1)
+
+
+def _other_set_onto_part_of_itself(a0, a1):
+    a1.set_(a1[1:])
+    return (a1, a0 * 1)
+
+
 def _second_as_alias(make):
     def swapped():
         a0, a1 = make()
@@ -189,6 +200,12 @@ SET_ONTO_OTHER = {
     "alias_set_onto_other_twice": (_alias_set_onto_other_twice, DISJOINT_DATA),
     "alias_set_onto_other_then_written": (_alias_set_onto_other_then_written, DISJOINT),
     "other_set_onto_alias": (_other_set_onto_alias, _second_as_alias(DISJOINT)),
+    # The alias as set_()'s source, the target a view requiring grad: eager's record gives the target's base set_'s
+    # history too, whose derivative raises; a geometry change gave a gradient.
+    "view_set_onto_alias": (_other_set_onto_alias, DISJOINT),
+    "view_set_onto_alias_overlapping_data": (_other_set_onto_alias, OVERLAPPING_DATA),
+    "view_set_onto_alias_then_viewed": (_other_set_onto_alias_then_viewed, DISJOINT),
+    "view_set_onto_part_of_itself": (_other_set_onto_part_of_itself, DISJOINT_DATA),
 }
 
 
