@@ -295,3 +295,53 @@ WRITTEN_BACK_WHOLE = {
 @pytest.mark.parametrize("name", sorted(WRITTEN_BACK_WHOLE))
 def test_detached_alias_written_with_base_written_back_whole(name, mode):
     check_in_mode(*WRITTEN_BACK_WHOLE[name], mode)
+
+
+# Class 7's set_() onto a tensor the function made (another storage), as a variant: eager records it (the source
+# requires grad) and the tensor needing no grad requires grad after, with set_'s history; the metadata-mutation
+# layer moved the caller's tensor under no_grad, so it needed none. So for any tensor needing no grad there.
+
+
+def _set_onto_made(a0, a1):
+    a0.set_(a1 * 2)
+    return (a0, a1 * 1)
+
+
+def _set_onto_made_then_viewed(a0, a1):
+    a0.set_(a1 * 2)
+    return (a0[1:], a1.sum())
+
+
+def _set_onto_made_then_written(a0, a1):
+    a0.set_(a1 * 2)
+    a0.add_(1)
+    return (a0, a1 * 1)
+
+
+def _needing_no_grad(kind: str):
+    def make():
+        a0, a1 = DISJOINT()
+        if kind == "plain":
+            a0 = _randn(6)
+        elif kind == "view":
+            a0 = _randn(8)[1:7]
+        return (a0, a1)
+
+    return make
+
+
+SET_ONTO_MADE = {
+    f"{name}_{kind}": (fn, _needing_no_grad(kind))
+    for name, fn in (
+        ("set_onto_made", _set_onto_made),
+        ("set_onto_made_then_viewed", _set_onto_made_then_viewed),
+        ("set_onto_made_then_written", _set_onto_made_then_written),
+    )
+    for kind in ("alias", "plain", "view")
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_MADE))
+def test_needing_no_grad_set_onto_made_tensor(name, mode):
+    check_in_mode(*SET_ONTO_MADE[name], mode)
