@@ -229,6 +229,15 @@ def collect_meta(
     # Outputs that are views of an input taken after set_() moved it to other memory (they sit in it): taken
     # again from the caller's tensor once it is moved.
     moved = {id(fake) for fake, (key, _) in zip(fakes, initial_storages, strict=True) if storage_key(fake) != key}
+    # Inputs whose set_() within their own memory autograd recorded: moved too, as set_() onto another input is
+    # (``_set_source_in_own_memory``).
+    set_in_own_memory = {
+        i: source
+        for i, fake in enumerate(fakes)
+        if id(fake) in recorder.recorded_sets
+        and (source := _set_source_in_own_memory(i, fakes, initial_storages)) is not None
+    }
+    moved |= {id(fakes[i]) for i in set_in_own_memory}
     # And views of a leaf whose geometry changed under no_grad after a use in grad mode: eager's views take
     # their history again from the leaf in its final geometry (the caller's, once restrided).
     moved |= recorder.accumulator_kept
@@ -238,6 +247,8 @@ def collect_meta(
         if id(root) in moved and root is not out and storage_key(out) == storage_key(root):
             after_set.add(id(out))
     storage_set_to = _new_storages(fakes, initial_storages, [None if id(o) in after_set else o for o in outs])
+    for i, source in set_in_own_memory.items():
+        storage_set_to[i] = source
     input_info = tuple(
         _input_info(
             name,
@@ -851,6 +862,23 @@ def _new_storages(
         )
         found.append(None if key == initial_key else next(itertools.chain(inputs, outputs, moved_with), ("fresh", -1)))
     return found
+
+
+def _set_source_in_own_memory(
+    i: int, fakes: Sequence[torch.Tensor], initial_storages: Sequence[tuple[int, tuple[int, int]]]
+) -> tuple[str, int] | None:
+    """For input ``i``, set_() within its own storage by a set_() autograd recorded: the input of that storage
+    it is taken as set_() onto, one requiring grad if any, else itself (None: it ends needing no grad, or moved).
+
+    A recorded set_() is more than the geometry change the layers take a set_() within the same storage for: it
+    leaves the tensor (a ``detach()`` alias onto a view of its base, say) requiring grad, with set_'s history,
+    and a view's base with one too, whose derivative raises. Taken as a set_() onto an input, the caller's tensor
+    is set_() onto that input after the call, as eager's was; set_'s history does not depend on which."""
+    fake, key = fakes[i], initial_storages[i][0]
+    if not fake.requires_grad or storage_key(fake) != key:
+        return None
+    sources = (j for j, other in enumerate(fakes) if j != i and initial_storages[j][0] == key and other.requires_grad)
+    return ("input", next(sources, i))
 
 
 def _sources_as_offsets(

@@ -402,6 +402,10 @@ class MetadataMutation:
                         target.set_(storage, relative_offset, size, stride)
                     if arg_idx in histories:
                         with_history(AdoptHistory, target, histories[arg_idx])
+                    elif info.set_recorded and torch.is_grad_enabled() and not target.requires_grad:
+                        # Eager recorded its set_() onto a source requiring grad the function made: the target
+                        # requires grad after, with set_'s history, whose derivative raises whatever the source.
+                        target.set_(torch.ops.aten.alias.default(target).detach().requires_grad_())
                     retaken.append(target)
                     continue
                 if arg_idx in histories:

@@ -180,6 +180,19 @@ def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.
     return root.as_strided(base.shape, base.stride(), base.storage_offset())
 
 
+_Target = tuple[torch.Tensor, int]
+"""A caller's tensor to write back into, and the position of the new value written, among the inner outputs
+after the kept ones."""
+
+
+def _new_values(cluster: _Cluster, own_written: set[RestridedArg]) -> list[RestridedArg | None]:
+    """The new values the inner function returns for ``cluster``: one per written member, or, written back
+    whole, the base's copy (None) and the members with their own history (``own_written``)."""
+    if not cluster.whole:
+        return list(cluster.written)
+    return [None, *(m for m in cluster.written if m in own_written)]
+
+
 def _written(cluster: tuple[RestridedArg, ...], meta: ViewAndMutationMeta[Any, Any]) -> tuple[RestridedArg, ...]:
     """The members to write back: those written through, whose regions hold every write.
 
@@ -218,6 +231,7 @@ class SyntheticBase:
         self._rerouted: tuple[RestridedArg, ...] = ()
         self._own_leaves: set[RestridedArg] = set()  # those that are leaves: passed themselves
         self._steps: tuple[Any, Counters, Any] | None = None
+        self._own_written: set[RestridedArg] = set()
 
     def pre_compile(
         self, outer: Stage[RestridedArg, RestridedOut]
@@ -266,6 +280,17 @@ class SyntheticBase:
             for m in cluster.members
             if [groups[other] for other in cluster.members].count(groups[m]) == 1
         }
+        # Of a cluster written back whole, the members of ``detached`` eager's autograd saw written: the copy's
+        # history has none of their writes (they went through detached views of it), each has its own, written
+        # back after the whole, into its own elements.
+        own_written = {
+            m
+            for cluster in clusters
+            if cluster.whole
+            for m in cluster.written
+            if m in detached and meta.input_info[m].mutation_visible_to_autograd
+        }
+        self._own_written = own_written
         # Members with a history of their own (``_own_histories``): the base carries one, so each reads the
         # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
         rerouted = _rerouted(clusters, args)
@@ -311,9 +336,9 @@ class SyntheticBase:
                             working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
             outs = list(flat_fn(*working))
             new_values = [
-                copy if cluster.whole else working[m]
+                copy if m is None else working[m]
                 for cluster, copy in zip(clusters, copies, strict=True)
-                for m in (cluster.members[:1] if cluster.whole else cluster.written)
+                for m in _new_values(cluster, own_written)
             ]
             return [*(outs[out] for out in split.kept), *new_values]
 
@@ -325,13 +350,13 @@ class SyntheticBase:
             OutputAliasInfo(
                 OutputType.NON_ALIAS,
                 requires_grad=any(meta.input_info[w].requires_grad_after for w in cluster.written)
-                if cluster.whole
+                if m is None
                 else meta.input_info[m].requires_grad_after,
-                spec=TensorSpec.of(base if cluster.whole else args[m]),
-                new_value_in=(BaseArg(len(plain) + k), _own_geometry(base) if cluster.whole else geometry[m]),
+                spec=TensorSpec.of(base if m is None else args[m]),
+                new_value_in=(BaseArg(len(plain) + k), _own_geometry(base) if m is None else geometry[m]),
             )
             for k, (cluster, base) in enumerate(zip(clusters, bases, strict=True))
-            for m in (cluster.members[:1] if cluster.whole else cluster.written)
+            for m in _new_values(cluster, own_written)
         )
         # Kept outputs alias plain inputs only (a Function's view of a merged input: the graph's value is returned,
         # a view of no caller tensor there): renumbered into this layer's inner positions.
@@ -366,25 +391,39 @@ class SyntheticBase:
         counters = Counters(bumps, self._counter_groups, moved_inside)
 
         own_leaves = self._own_leaves
+        # Each cluster's first new value among the inner outputs after the kept ones: one if written back whole.
+        own_written = self._own_written
+        first_value = [sum(len(_new_values(c, own_written)) for c in clusters[:k]) for k in range(len(clusters))]
 
-        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[InputAliasInfo]]:
+        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[_Target], list[InputAliasInfo]]:
             """Before the inner call: its arguments (plain inputs, a base per cluster, own bases), and the
             tensors the new values are written back into, with their infos."""
             bases = []
             spans = []
-            targets: list[torch.Tensor] = []
+            targets: list[_Target] = []
             target_infos: list[InputAliasInfo] = []
             for cluster, cluster_infos in zip(clusters, infos, strict=True):
                 cluster_args = [args[m] for m in cluster.members]
                 spans.append(_span(cluster_args, cluster_infos))
                 base = span_base(cluster_args, spans[-1])
                 bases.append(base)
-                if cluster.whole:
-                    targets.append(_write_target([args[m] for m in cluster.written], base))
-                    target_infos.append(_merged([meta.input_info[m] for m in cluster.written]))
-                else:
-                    targets += [args[m] for m in cluster.written]
+                value = first_value[len(bases) - 1]
+                if not cluster.whole:
+                    targets += [(args[m], value + k) for k, m in enumerate(cluster.written)]
                     target_infos += [meta.input_info[m] for m in cluster.written]
+                    continue
+                # The whole is written back as the members eager's autograd saw written through the base wrote it;
+                # then each member with a history of its own (``own_written``) its own elements, with that history.
+                tracked = [m for m in cluster.written if m not in own_written]
+                whole = _write_target([args[m] for m in tracked or cluster.written], base)
+                merged = _merged([meta.input_info[m] for m in tracked or cluster.written])
+                targets.append((whole, value))
+                target_infos.append(
+                    merged if tracked else dataclasses.replace(merged, mutations_hidden_from_autograd=True)
+                )
+                for k, m in enumerate(m for m in cluster.written if m in own_written):
+                    targets.append((args[m], value + 1 + k))
+                    target_infos.append(meta.input_info[m])
             own = _own_bases(args, rerouted, own_leaves, clusters, spans)
             return [*(args[arg] for arg in plain), *bases, *own], targets, target_infos
 
@@ -392,26 +431,32 @@ class SyntheticBase:
             args: list[torch.Tensor],
             inner_outs: list[Any],
             before: tuple[int, ...],
-            targets: list[torch.Tensor],
+            targets: list[_Target],
             target_infos: list[InputAliasInfo],
         ) -> list[Any]:
             """After the inner call: the write-back, the outputs rebuilt on the caller's tensors."""
             made: dict[int, torch.Tensor] = {}
 
-            def rebuild(out: RestridedOut, info: OutputAliasInfo[RestridedArg, RestridedOut]) -> torch.Tensor:
+            def rebuild(
+                out: RestridedOut, info: OutputAliasInfo[RestridedArg, RestridedOut], early: bool = False
+            ) -> torch.Tensor:
                 base = info.base_input
                 assert base is not None
                 if info.output_type == OutputType.IS_INPUT:
                     return args[base]
                 at = counters.before_of(before, base)
-                return info.with_requires_grad_set_inside(replay_views(args[base], info.view_chain, made, at))
+                view = replay_views(args[base], info.view_chain, made, at)
+                # A view taken before the write-back gets its requires_grad from it, as eager's view of a
+                # detach() alias does from the write of a value requiring grad: not from a copy made here.
+                return view if early else info.with_requires_grad_set_inside(view)
 
             early = {
-                RestridedOut(i): rebuild(RestridedOut(i), info)
+                RestridedOut(i): rebuild(RestridedOut(i), info, early=True)
                 for i, info in enumerate(meta.output_info)
                 if RestridedOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            write_back(targets, inner_outs[num_kept:], target_infos)
+            values = inner_outs[num_kept:]
+            write_back([target for target, _ in targets], [values[k] for _, k in targets], target_infos)
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
