@@ -958,10 +958,10 @@ class _RequiresGradInside(TorchFunctionMode):
         # ``x.requires_grad_()``, or ``x.requires_grad = True`` (the attribute's ``__set__``).
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         setter = name == "__set__" and attribute == "requires_grad"
-        if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
-            name = func.overloadpacket.__name__
+        # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor`` (from a mode below autograd).
+        is_set = isinstance(func, torch._ops.OpOverload) and func.overloadpacket.__name__ == "set_"
         found = self._sources.get(id(args[0])) if args and isinstance(args[0], torch.Tensor) else None
-        if name == "set_" and found is not None and found[0] is args[0] and id(args[0]) in self._grad_targets:
+        if is_set and found is not None and found[0] is args[0] and id(args[0]) in self._grad_targets:
             # The alias moves, and so does its input below (the function's own object there), without history:
             # the layers above take the input's final memory from it.
             self._moved[id(args[0])] = self._grad_targets[id(args[0])]
