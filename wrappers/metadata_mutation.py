@@ -274,13 +274,17 @@ class MetadataMutation:
 
         # The caller's tensors that are views (of a base needing no grad: the signature tells them).
         views = {arg_idx for arg_idx in chosen if outer.args[arg_idx]._is_view()}
-        set_later = {arg_idx for arg_idx in chosen if meta.input_info[arg_idx].storage_set_to is not None}
+        set_later = {
+            arg_idx: meta.input_info[arg_idx].name
+            for arg_idx in chosen
+            if meta.input_info[arg_idx].storage_set_to is not None
+        }
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             mode = _RequiresGradInside()
             for arg_idx in chosen:
-                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views, arg_idx in set_later)
+                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views, set_later.get(arg_idx))
             with mode:
                 return list(flat_fn(*working))
 
@@ -909,16 +913,18 @@ class _RequiresGradInside(TorchFunctionMode):
         # moved (set_() is seen below autograd, too late to take one with history).
         self._grad_targets: dict[int, torch.Tensor] = {}
         self._moved: dict[int, torch.Tensor] = {}
+        self._names: dict[int, str] = {}
 
-    def untracked(self, source: torch.Tensor, of_view: bool = False, set_later: bool = False) -> torch.Tensor:
+    def untracked(self, source: torch.Tensor, of_view: bool = False, set_later: str | None = None) -> torch.Tensor:
         """``of_view``: the caller's tensor is a view (of a base needing no grad): a view of it taken under no_grad
         requires grad only if that base does, so there the alias itself stands for it. ``set_later``: the
-        function set_()s it."""
+        function set_()s it (the input's name)."""
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
-        if set_later:
+        if set_later is not None:
             with torch.enable_grad():
                 self._grad_targets[id(alias)] = torch.ops.aten.alias.default(source)
+            self._names[id(alias)] = set_later
         if of_view:
             self._of_views.add(id(alias))
         return alias
@@ -934,11 +940,14 @@ class _RequiresGradInside(TorchFunctionMode):
         if target is not None:
             # Eager's input, set_() onto other memory, is a leaf there: later uses read that memory and
             # accumulate their gradients into the input (of its shape, which the compiled one has as called).
+            if not torch.is_grad_enabled():
+                return value
             if value.shape != target.shape:
                 raise UnsupportedMutationError(
-                    f"requires_grad_() on input {tuple(target.shape)} set_() onto memory of another shape "
-                    f"{tuple(value.shape)}: eager's gradient for it has that shape, which the compiled "
-                    "function's cannot; set_() it onto memory of its own shape"
+                    f"aten.set_: input {self._names[id(value)]} ({list(target.shape)}) set_() onto memory of "
+                    f"another shape ({list(value.shape)}), then requires_grad_() and used in grad mode: eager's "
+                    "gradient for it has that shape, which the compiled function's cannot; set_() it onto memory "
+                    "of its own shape, or clone() it instead"
                 )
             return GradientTo.apply(target, value)  # type: ignore[no-any-return,no-untyped-call]
         if (value.shape, value.stride(), value.storage_offset()) == (
