@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -178,7 +179,11 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     continue
                 key = storage_key(tensor)
                 if key in self._source_storages:
-                    self.reach[key] = max(self.reach.get(key, 0), storage_extent(tensor)[1] * tensor.element_size())
+                    # An empty tensor touches no memory, whatever its offset (``x[1:]`` of a one-element view
+                    # sits past the storage's end): counted, the base would be taken past the storage too.
+                    if not guard_or_false(tensor.numel() == 0):
+                        reach = storage_extent(tensor)[1] * tensor.element_size()
+                        self.reach[key] = max(self.reach.get(key, 0), reach)
                     # An in-place view op is traced as an ``as_strided`` at the offset it leaves.
                     if func in ABSOLUTE_OFFSET_OPS or torch.Tag.inplace_view in func.tags:
                         self.absolute_storages.add(key)

@@ -328,7 +328,58 @@ def _slices_of_non_leaf(lo0: int, lo1: int) -> tuple[torch.Tensor, torch.Tensor]
     return (s0[lo0 : lo0 + 5], s0[lo1 : lo1 + 5])
 
 
+# Seed 22 (programs 2000-4999) class 4, program 2543 (no_grad): the same Function on a column view of a leaf
+# requiring grad under the caller's no_grad (a member of a synthetic base: its offset matters), then an out= op
+# resizing the input. Eager's output is a detached alias the resize leaves alone; the member itself was returned,
+# so it changed shape and values with the input. Fixed with the class above (d054b77); these are its variants.
+def _dirty_function_then_out_resize(a0, a1):
+    v0 = DoublesInPlace.apply(a0)
+    with torch.no_grad():
+        a0.neg_()
+    torch.mul(a1, a1, out=a0)
+    v2 = a1 @ a1.mT
+    return (v2, sum(t.real.sum() for t in (a0, a1, v0, v2)))
+
+
+def _dirty_function_then_out_resize_returned(a0, a1):
+    v0 = DoublesInPlace.apply(a0)
+    torch.mul(a1, a1, out=a0)
+    return (v0 * 1, a0 * 1)
+
+
+def _dirty_function_then_add_out(a0, a1):
+    v0 = DoublesInPlace.apply(a0)
+    with torch.no_grad():
+        a0.neg_()
+    torch.add(a1, 1, out=a0)
+    return (sum(t.real.sum() for t in (a0, a1, v0)),)
+
+
+def _column_of_leaf_and_strided():
+    l1 = torch.randn(24, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    return (_randn(24).requires_grad_()[4:16].view(3, 4)[:, 2], (l1 * 1)[2:14].view(3, 4)[:, ::2])
+
+
+def _column_of_leaf_and_matrix():
+    return (
+        _randn(24).requires_grad_()[4:16].view(3, 4)[:, 2],
+        torch.randn(3, 2, generator=torch.Generator().manual_seed(1)),
+    )
+
+
+def _view_of_detached_leaf_and_strided():
+    r0 = torch.randn(30, generator=torch.Generator().manual_seed(1))
+    return (r0[:6:2].detach().requires_grad_()[...], _column_of_leaf_and_strided()[1])
+
+
 CASES = {
+    "dirty_function_then_out_resize_of_column": (_dirty_function_then_out_resize, _column_of_leaf_and_strided),
+    "dirty_function_then_out_resize_of_leaf_view": (
+        _dirty_function_then_out_resize,
+        _view_of_detached_leaf_and_strided,
+    ),
+    "dirty_function_then_out_resize_returned": (_dirty_function_then_out_resize_returned, _column_of_leaf_and_matrix),
+    "dirty_function_then_add_out": (_dirty_function_then_add_out, _view_of_detached_leaf_and_strided),
     "dirty_function_then_input_set_of_slices": (_dirty_function_then_input_set_, _two_slices_of_leaf),
     "dirty_function_then_input_set_of_overlapping": (_dirty_function_then_input_set_, _overlapping_slices_of_leaf),
     "dirty_function_then_input_set_of_non_leaf": (_dirty_function_then_input_set_, lambda: _slices_of_non_leaf(3, 5)),

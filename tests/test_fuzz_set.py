@@ -7,7 +7,7 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
-from tests.functions import Identity
+from tests.functions import DoublesInPlace, Identity, TriplesGradOutput
 from tests.oracle import check_in_mode
 
 
@@ -467,3 +467,125 @@ def _t_then_onto_own_clone_then_function(a0):
 )
 def test_leaf_reshaped_then_moved_then_function():
     check_in_mode(_t_then_onto_own_clone_then_function, _leaf_4x6, "training")
+
+
+# Seed 22 (programs 2000-4999) class 3, program 2457: an input needing no grad set_() onto other memory in grad
+# mode, then made a leaf by requires_grad_(). Eager's later uses read the new memory and differentiate the
+# caller's tensor, a leaf there: the compiled output's history reached a leaf the caller never sees, so an
+# autograd.Function's backward on the way (writing its expanded grad_output, which eager refuses) never ran, and
+# the caller's tensor got no gradient.
+def _set_then_made_leaf_then_function(a0):
+    v0 = DoublesInPlace.apply(a0)
+    a0.set_(a0.clone())
+    a0.requires_grad_()
+    with torch.enable_grad():
+        a0.detach().neg_()
+    v1 = TriplesGradOutput.apply(v0)
+    return (sum(t.real.sum() for t in (a0, v0, v1)),)
+
+
+def _set_then_made_leaf_then_expanded_grad_written(a0):
+    a0.set_(a0.clone())
+    a0.requires_grad_()
+    return (TriplesGradOutput.apply(a0).sum(),)
+
+
+def _set_then_made_leaf_then_grad_written(a0):
+    a0.set_(a0.clone())
+    a0.requires_grad_()
+    return (TriplesGradOutput.apply(a0) * 2,)
+
+
+def _set_onto_made_then_made_leaf(a0):
+    a0.set_(torch.linspace(0, 1, 5))
+    a0.requires_grad_()
+    return ((a0 * torch.arange(5.0)).sum(), a0 * 2)
+
+
+def _made_leaf_then_set_under_no_grad(a0):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.set_(a0.clone())
+        a0.mul_(2)
+    return ((a0 * torch.arange(5.0)).sum(),)
+
+
+def _set_then_made_leaf_then_identity(a0):
+    a0.set_(a0.clone() + 1)
+    a0.requires_grad_()
+    return (Identity.apply(a0) * a0,)
+
+
+def _slice_of_plain():
+    return (torch.randn(24, generator=_gen())[1:6],)
+
+
+def _plain_5():
+    return (torch.randn(5, generator=_gen()),)
+
+
+def _column_of_plain():
+    return (torch.randn(4, 5, generator=_gen())[:, 2],)
+
+
+def _set_onto_other_shape_then_made_leaf_read_under_no_grad(a0):
+    a0.set_(torch.ones(6))
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.mul_(2)
+        v0 = a0 * 3
+    return (v0, a0)
+
+
+SET_THEN_MADE_LEAF = {
+    "onto_other_shape_used_under_no_grad": (_set_onto_other_shape_then_made_leaf_read_under_no_grad, _plain_5),
+    "function_of_slice": (_set_then_made_leaf_then_function, _slice_of_plain),
+    "function_of_column": (_set_then_made_leaf_then_function, _column_of_plain),
+    "expanded_grad_written_of_plain": (_set_then_made_leaf_then_expanded_grad_written, _plain_5),
+    "expanded_grad_written_of_slice": (_set_then_made_leaf_then_expanded_grad_written, _slice_of_plain),
+    "grad_written_of_column": (_set_then_made_leaf_then_grad_written, _column_of_plain),
+    "onto_made_of_slice": (_set_onto_made_then_made_leaf, _slice_of_plain),
+    "onto_made_of_plain": (_set_onto_made_then_made_leaf, _plain_5),
+    "made_leaf_then_set_under_no_grad": (_made_leaf_then_set_under_no_grad, _plain_5),
+    "identity_of_slice": (_set_then_made_leaf_then_identity, _slice_of_plain),
+    "identity_of_column": (_set_then_made_leaf_then_identity, _column_of_plain),
+}
+
+
+def _input_grads_as_eager(fn, make_args) -> None:
+    """The oracle compares the gradients of the leaves behind the inputs as called; the caller's tensor made a
+    leaf inside is compared here: its ``.grad`` after a backward through every output requiring grad."""
+    eager_args, compiled_args = make_args(), make_args()
+    results = []
+    for f, args in ((fn, eager_args), (aot.aot_function(fn, aot.boxed_nop), compiled_args)):
+        try:
+            sum(out.sum() for out in f(*args) if out.requires_grad).backward()
+            results.append(None)
+        except RuntimeError as error:
+            results.append(type(error))
+    assert results[0] == results[1], f"backward: eager {results[0]} vs compiled {results[1]}"
+    for eager, compiled in zip(eager_args, compiled_args, strict=True):
+        assert (eager.grad is None) == (compiled.grad is None), f"grad {eager.grad} vs {compiled.grad}"
+        if eager.grad is not None:
+            torch.testing.assert_close(compiled.grad, eager.grad)
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(SET_THEN_MADE_LEAF))
+def test_set_then_made_leaf(name, mode):
+    check_in_mode(*SET_THEN_MADE_LEAF[name], mode)
+    if mode == "training":
+        _input_grads_as_eager(*SET_THEN_MADE_LEAF[name])
+
+
+def _set_onto_other_shape_then_made_leaf(a0):
+    a0.set_(torch.ones(6))
+    a0.requires_grad_()
+    return ((a0 * 2).sum(),)
+
+
+def test_set_onto_other_shape_then_made_leaf_refused():
+    # Eager's gradient for the caller's tensor has the shape set_() gave it; the compiled input's has the one
+    # it was called with. Refused, not a gradient silently lost.
+    with pytest.raises(UnsupportedMutationError, match="another shape"):
+        aot.aot_function(_set_onto_other_shape_then_made_leaf, aot.boxed_nop)(torch.randn(5, generator=_gen()))

@@ -217,6 +217,53 @@ def _odd_offset_view_of_grad():
     return ((torch.randn(11, generator=_gen()).requires_grad_() * 1)[3:8],)
 
 
+# Seed 22 (programs 2000-4999) class 2, program 4744: an empty view of an input sitting past its storage's end
+# (``a0[1:]`` of a one-element as_strided_ one, an empty as_strided at a later offset) counted as reaching memory
+# up to its offset: the synthetic base was taken over that much of the storage, out of bounds (setStorage).
+def _empty_view_past_end(a0):
+    a0.index_fill_(-1, torch.tensor([0]), 2)
+    a0.as_strided_((1,), (2,), 0)
+    with torch.no_grad():
+        v0 = a0[1:]
+    return (v0, a0 * 1)
+
+
+def _empty_narrow_past_end(a0):
+    a0.mul_(2)
+    a0.as_strided_((1,), (3,), a0.storage_offset())
+    return (a0.narrow(0, 1, 0) * 1, a0 + 0)
+
+
+def _empty_as_strided_past_end(a0):
+    a0.add_(1)
+    v0 = a0.as_strided((0,), (1,), a0.storage_offset() + 5)
+    return (v0.sum(), a0 * 2)
+
+
+def _empty_view_past_end_written(a0):
+    a0.as_strided_((1,), (2,), a0.storage_offset())
+    v0 = a0[1:]
+    v0.mul_(2)
+    a0.add_(1)
+    return (v0, a0)
+
+
+def _expanded_int_scalar():
+    return (torch.randint(-4, 5, (), generator=_gen()).expand(2),)
+
+
+def _expanded_scalar_of_grad():
+    return ((torch.randn((), generator=_gen()).requires_grad_() * 1).expand(3),)
+
+
+def _tail_slice():
+    return (torch.randn(6, generator=_gen())[4:],)
+
+
+def _tail_slice_of_grad():
+    return ((torch.randn(6, generator=_gen()).requires_grad_() * 1)[4:],)
+
+
 PROGRAMS = {
     "complex_view_of_written_input": (_complex_view_of_written_input, _odd_offset),
     "fill_complex_view": (_fill_complex_view, _odd_offset_view_of_grad),
@@ -234,6 +281,12 @@ PROGRAMS = {
     "set_onto_clone_then_expand": (_set_onto_clone_then_expand, _matrix),
     "set_onto_restrided_flip": (_set_onto_restrided_flip, _transposed_int),
     "set_onto_detached_slice": (_set_onto_detached_slice, _permuted_leaf),
+    "empty_view_past_end_of_expanded_int": (_empty_view_past_end, _expanded_int_scalar),
+    "empty_view_past_end_of_expanded_grad": (_empty_view_past_end, _expanded_scalar_of_grad),
+    "empty_narrow_past_end": (_empty_narrow_past_end, _tail_slice_of_grad),
+    "empty_as_strided_past_end": (_empty_as_strided_past_end, _tail_slice),
+    "empty_view_past_end_written": (_empty_view_past_end_written, _expanded_int_scalar),
+    "empty_view_past_end_written_of_grad": (_empty_view_past_end_written, _expanded_scalar_of_grad),
 }
 
 # Strict xfails: (name, mode) -> why it still differs.

@@ -80,7 +80,8 @@ _log = logging.getLogger("aot.layers")
 
 
 def _mutated(meta: ViewAndMutationMeta[Any, Any]) -> list[str]:
-    kinds = {(True, False): "data", (False, True): "metadata", (True, True): "data+metadata"}
+    # (neither: the function only called ``requires_grad_()`` on it)
+    kinds = {(True, False): "data", (False, True): "metadata", (True, True): "data+metadata", (False, False): "grad"}
     return [
         f"{info.name} ({kinds[info.mutates_data, info.mutates_metadata]})" for info in meta.input_info if info.mutates
     ]

@@ -281,8 +281,12 @@ class MetadataMutation:
         chosen = meta.inputs(
             lambda info: (
                 info.sets_requires_grad
-                and (not info.mutates_metadata or _restrided_inside_allowed(info) or _written_then_restrided(info))
-                and info.storage_set_to is None
+                and (
+                    not info.mutates_metadata
+                    or _restrided_inside_allowed(info)
+                    or _written_then_restrided(info)
+                    or _set_in_grad_mode(info)
+                )
                 and info.storage_grown_to == 0
             )
         )
@@ -293,12 +297,17 @@ class MetadataMutation:
 
         # The caller's tensors that are views (of a base needing no grad: the signature tells them).
         views = {arg_idx for arg_idx in chosen if outer.args[arg_idx]._is_view()}
+        set_later = {
+            arg_idx: meta.input_info[arg_idx].name
+            for arg_idx in chosen
+            if meta.input_info[arg_idx].storage_set_to is not None
+        }
 
         def inner_fn(*args: torch.Tensor) -> list[torch.Tensor]:
             working = list(args)
             mode = _RequiresGradInside()
             for arg_idx in chosen:
-                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views)
+                working[arg_idx] = mode.untracked(args[arg_idx], arg_idx in views, set_later.get(arg_idx))
             with mode:
                 return list(flat_fn(*working))
 
@@ -978,6 +987,12 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
         return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
 
 
+def _set_in_grad_mode(info: InputAliasInfo) -> bool:
+    """``set_()`` onto other memory, in grad mode: below, the input requires grad from the start, and after its
+    ``requires_grad_()`` later uses reach it (``_RequiresGradInside``)."""
+    return info.storage_set_to is not None and torch.is_grad_enabled()
+
+
 class _RequiresGradInside(TorchFunctionMode):
     """``requires_grad_()`` on an untracked alias made by ``untracked`` attaches it to its input: from then on
     every op gets, in its place, a view of the input with the alias's current geometry (a stand-in, as
@@ -989,12 +1004,22 @@ class _RequiresGradInside(TorchFunctionMode):
         self._sources: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._attached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._of_views: set[int] = set()
+        # Aliases the function set_()s: an alias of their input as called, which their gradients reach once
+        # moved (set_() is seen below autograd, too late to take one with history).
+        self._grad_targets: dict[int, torch.Tensor] = {}
+        self._moved: dict[int, torch.Tensor] = {}
+        self._names: dict[int, str] = {}
 
-    def untracked(self, source: torch.Tensor, of_view: bool = False) -> torch.Tensor:
+    def untracked(self, source: torch.Tensor, of_view: bool = False, set_later: str | None = None) -> torch.Tensor:
         """``of_view``: the caller's tensor is a view (of a base needing no grad): a view of it taken under no_grad
-        requires grad only if that base does, so there the alias itself stands for it."""
+        requires grad only if that base does, so there the alias itself stands for it. ``set_later``: the
+        function set_()s it (the input's name)."""
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
+        if set_later is not None:
+            with torch.enable_grad():
+                self._grad_targets[id(alias)] = torch.ops.aten.alias.default(source)
+            self._names[id(alias)] = set_later
         if of_view:
             self._of_views.add(id(alias))
         return alias
@@ -1006,6 +1031,20 @@ class _RequiresGradInside(TorchFunctionMode):
         if id(value) in self._of_views and not torch.is_grad_enabled():
             return value
         source = found[1]
+        target = self._moved.get(id(value))
+        if target is not None:
+            # Eager's input, set_() onto other memory, is a leaf there: later uses read that memory and
+            # accumulate their gradients into the input (of its shape, which the compiled one has as called).
+            if not torch.is_grad_enabled():
+                return value
+            if value.shape != target.shape:
+                raise UnsupportedMutationError(
+                    f"aten.set_: input {self._names[id(value)]} ({list(target.shape)}) set_() onto memory of "
+                    f"another shape ({list(value.shape)}), then requires_grad_() and used in grad mode: eager's "
+                    "gradient for it has that shape, which the compiled function's cannot; set_() it onto memory "
+                    "of its own shape, or clone() it instead"
+                )
+            return GradientTo.apply(target, value)  # type: ignore[no-any-return,no-untyped-call]
         if (value.shape, value.stride(), value.storage_offset()) == (
             source.shape,
             source.stride(),
@@ -1023,6 +1062,16 @@ class _RequiresGradInside(TorchFunctionMode):
         # ``x.requires_grad_()``, or ``x.requires_grad = True`` (the attribute's ``__set__``).
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         setter = name == "__set__" and attribute == "requires_grad"
+        # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor`` (from a mode below autograd).
+        is_set = isinstance(func, torch._ops.OpOverload) and func.overloadpacket.__name__ == "set_"
+        found = self._sources.get(id(args[0])) if args and isinstance(args[0], torch.Tensor) else None
+        if is_set and found is not None and found[0] is args[0] and id(args[0]) in self._grad_targets:
+            # The alias moves, and so does its input below (the function's own object there), without history:
+            # the layers above take the input's final memory from it.
+            self._moved[id(args[0])] = self._grad_targets[id(args[0])]
+            with torch.no_grad():
+                func(found[1], *args[1:], **kwargs)
+                return func(*args, **kwargs)
         if (func is torch.Tensor.requires_grad_ or setter) and args:
             found = self._sources.get(id(args[0]))
             if found is not None and found[0] is args[0]:
