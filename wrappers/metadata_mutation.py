@@ -437,6 +437,7 @@ class MetadataMutation:
                     # restride to the final geometry would reach elements a step in between no longer spans.
                     v = counters.before_of(before, arg_idx)
                     assert v is not None
+                    target.grad_fn  # noqa: B018  (its history taken again first: see the one-change case below)
                     start = target.storage_offset()
                     for step_size, step_stride, step_offset, step_recorded, step_version in info.metadata_steps:
                         if step_recorded:  # (an unrecorded one bumps the counter past the view's record: stale)
