@@ -254,6 +254,10 @@ class InputAliasInfo:
     # Below the MetadataMutation layer: that layer changes the caller's tensor's geometry in place after the
     # call, so what the runtime keeps of it for the backward is an alias in the call's geometry.
     restrided_after_call: bool = False
+    # Below the MetadataMutation layer, an input it restrides before the call whose final geometry starts above
+    # the one it had: the function's uses before the change read memory below the input's elements, which
+    # ``storage_reach`` (how far up) does not tell.
+    reaches_below: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False

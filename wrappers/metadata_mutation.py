@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_true
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
@@ -254,7 +255,11 @@ class MetadataMutation:
 
         inner_meta = meta.below(
             tuple(
-                _as_below(info, is_leaf=info.is_leaf and DedupedArg(i) not in restrided_first)
+                _as_below(
+                    info,
+                    is_leaf=info.is_leaf and DedupedArg(i) not in restrided_first,
+                    reaches_below=DedupedArg(i) in started and _moved_up(info),
+                )
                 if DedupedArg(i) not in reshaped
                 # The caller's tensor moved first: its writes are its old self's.
                 else InputAliasInfo(info.name, requires_grad=True, is_leaf=True)
@@ -904,6 +909,12 @@ def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
     size, stride, relative_offset = info.final_metadata
     with torch.no_grad():
         target.as_strided_(size, stride, target.storage_offset() + relative_offset)
+
+
+def _moved_up(info: InputAliasInfo) -> bool:
+    """Whether the input's final geometry starts above the one it had (maybe, where symbolic)."""
+    assert info.final_metadata is not None
+    return guard_or_true(info.final_metadata[2] > 0)
 
 
 def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:

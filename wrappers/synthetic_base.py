@@ -55,13 +55,17 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
     traced as one) read, nor memory beyond its own elements that they reach.
 
     Unwritten, an input needs it where its version counter moves (an in-place view op through a
-    ``detach()`` alias) and it reaches beyond its elements: eager then takes the histories of its
-    views again by strides from the storage's base, so their gradients reach that memory too.
+    ``detach()`` alias) and it reaches outside its elements, above or below them: eager then takes the
+    histories of its views again by strides from the storage's base, so their gradients reach that memory too.
     """
     own_bytes = storage_extent(arg)[1] * arg.element_size()
     reaches_past = info.offset_sensitive and info.storage_reach > own_bytes
     if not info.mutates_data:
-        return info.requires_grad and not info.is_leaf and info.version_bumps > 0 and reaches_past
+        # Below its elements too (``reaches_below``): an input restrided before the call (its geometry changed
+        # under no_grad) sits at its final offset, while the function's uses before the change read the old
+        # geometry, which may lie lower; the base spans from the storage's start then (offsets matter).
+        reaches_outside = reaches_past or (info.offset_sensitive and info.reaches_below)
+        return info.requires_grad and not info.is_leaf and info.version_bumps > 0 and reaches_outside
     dense = is_non_overlapping_and_dense_or_false(arg)
     return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
 

@@ -1,0 +1,117 @@
+"""Fuzzer class of seed 22 (program 3270): a view of a leaf, a view taken of it, then under ``no_grad`` an
+``as_strided_`` moving it to an absolute offset above the elements it had (``wrong: grad of autograd leaf``).
+
+Eager takes the moved view's history again by strides from its base, and the view taken before keeps the
+old geometry: the leaf's gradient reaches both. The compiled function differentiates the input in its final
+geometry, the old one taken from memory below it (a synthetic base); that memory must start low enough for
+the old geometry, which may lie below the final one. Each program and close variants (other views taken
+before, other final geometries and bases), in every mode; eager is the oracle.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import check, check_in_mode, mode_params
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _slice_of_leaf():
+    s0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (s0[6:16:2],)
+
+
+def _view_of_small_leaf():
+    # A leaf of 5 elements at offset 0 of a 29-element storage: the final geometry lies above the leaf.
+    r0 = torch.randn(29, generator=_gen(1))
+    return (r0[:5].view((5,)).detach().requires_grad_()[...],)
+
+
+def _view_of_offset_leaf():
+    # A leaf of 6 elements at offset 2 of a 29-element storage, viewed from its second element.
+    r0 = torch.randn(29, generator=_gen(1))
+    return (r0[2:8].detach().requires_grad_()[1:],)
+
+
+def _rows_of_small_leaf():
+    # A 2x3 leaf on the first 6 elements of a 29-element storage.
+    r0 = torch.randn(29, generator=_gen(1))
+    return (r0[:6].view(2, 3).detach().requires_grad_()[:, :],)
+
+
+def _front_of_leaf():
+    s0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (s0[:6],)
+
+
+def _rows_of_leaf():
+    s0 = torch.randn(4, 6, generator=_gen()).requires_grad_()
+    return (s0[:2],)
+
+
+def _every_other_then_expanded(a0):
+    v1 = a0[..., ::2]
+    with torch.no_grad():
+        a0.as_strided_((3,), (0,), 10)
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _every_other_then_moved_up(a0):
+    v1 = a0[::2]
+    with torch.no_grad():
+        a0.as_strided_((2,), (1,), 12)
+    return (a0 * 2, v1 * 3)
+
+
+def _select_then_expanded(a0):
+    v1 = a0[1]
+    with torch.no_grad():
+        a0.as_strided_((2, 2), (0, 1), 10)
+    return ((a0.sum() + v1.sum()) * 1,)
+
+
+def _narrow_then_moved_up_2d(a0):
+    v1 = a0.narrow(-1, 1, 3)
+    with torch.no_grad():
+        a0.as_strided_((2, 2), (2, 1), 13)
+    return (a0.exp().sum() + v1.sin().sum(),)
+
+
+def _transposed_then_moved_up(a0):
+    v1 = a0.t()
+    with torch.no_grad():
+        a0.as_strided_((3,), (2,), 14)
+    return (a0.sum(), v1 * 1)
+
+
+PROGRAMS = {
+    "every_other_then_expanded_slice": (_every_other_then_expanded, _slice_of_leaf),
+    "every_other_then_expanded_small_leaf": (_every_other_then_expanded, _view_of_small_leaf),
+    "every_other_then_moved_up_front": (_every_other_then_moved_up, _front_of_leaf),
+    "every_other_then_moved_up_small_leaf": (_every_other_then_moved_up, _view_of_small_leaf),
+    "every_other_then_moved_up_offset_leaf": (_every_other_then_moved_up, _view_of_offset_leaf),
+    "select_then_expanded_rows": (_select_then_expanded, _rows_of_leaf),
+    "select_then_expanded_small_rows": (_select_then_expanded, _rows_of_small_leaf),
+    "narrow_then_moved_up_small_rows": (_narrow_then_moved_up_2d, _rows_of_small_leaf),
+    "transposed_then_moved_up_small_rows": (_transposed_then_moved_up, _rows_of_small_leaf),
+    "narrow_then_moved_up_rows": (_narrow_then_moved_up_2d, _rows_of_leaf),
+    "transposed_then_moved_up_rows": (_transposed_then_moved_up, _rows_of_leaf),
+}
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
+def test_restrided_view_class(name, mode):
+    fn, make_args = PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
+
+
+def test_restrided_view_entry_reused():
+    """Program 3270 as found: compiled on a slice of a leaf, its entry reused for a view of a small leaf."""
+    compiled = check(_every_other_then_expanded, _slice_of_leaf)
+    check(_every_other_then_expanded, _view_of_small_leaf, compiled_fn=compiled)
