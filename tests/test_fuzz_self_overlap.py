@@ -180,7 +180,10 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
         "backward spreads a gradient evenly over the indices sharing an element: eager's has one per index. "
         "Without the t_() SyntheticBase reroutes the leaf's gradient to it (GradientTo, fill-then-mul passes); "
         "with it the function gets MetadataMutation's restrided stand-in, an as_strided view of the leaf, not "
-        "rerouted, and the span base is leaf.as_strided: both AsStridedBackwards spread over shared elements"
+        "rerouted, and the span base is leaf.as_strided: both AsStridedBackwards spread over shared elements. "
+        "Rerouting the stand-in (a permute of the leaf) is not enough: the fill_ through the function's alias (a "
+        "view) takes its history again by as_strided; a no-view alias (GradientTo) fails autograd's shape check "
+        "once the unrecorded t_() changed its geometry"
     ),
 }
 
