@@ -244,6 +244,20 @@ def _set_onto_intermediate_under_enable_grad(a0, a1):
     return (a0,)
 
 
+def _set_onto_detached_intermediate_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1.detach() * 3)
+    return (a0,)
+
+
+def _set_under_enable_grad_then_no_grad_mul_(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1)
+    with torch.no_grad():
+        a0.mul_(2)
+    return (a0,)
+
+
 def _plain_pair():
     s0 = _randn(4, 1).requires_grad_()
     s1 = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
@@ -392,6 +406,11 @@ CASES = {
     "set_slice_under_enable_grad_plain_target": (_set_slice_under_enable_grad, _plain_target_pair),
     "set_under_enable_grad_then_mul_": (_set_under_enable_grad_then_mul_, _plain_pair),
     "set_onto_intermediate_under_enable_grad": (_set_onto_intermediate_under_enable_grad, _plain_target_pair),
+    "set_onto_detached_intermediate_under_enable_grad": (
+        _set_onto_detached_intermediate_under_enable_grad,
+        _plain_pair,
+    ),
+    "set_under_enable_grad_then_no_grad_mul_": (_set_under_enable_grad_then_no_grad_mul_, _plain_pair),
     "function_under_enable_grad": (_function_under_enable_grad, _leaf_row),
     "identity_under_enable_grad": (_identity_under_enable_grad, _leaf_row),
     "function_view_then_base_as_strided_": (_function_view_then_base_as_strided_, _non_leaf_cube),
