@@ -208,12 +208,65 @@ def _square_leaf():
 
 
 def _set_under_enable_grad_then_data_fill_(a0, a1):
-    # Seed 5 class 8 (open): set_() in an enable_grad region of a no_grad caller, the source then written
+    # Seed 5 class 8: set_() in an enable_grad region of a no_grad caller, the source then written
     # through .data.
     with torch.enable_grad():
         a0.set_(a1)
     a1.data.fill_(2j)
     return (a0,)
+
+
+# The class: set_() autograd records (a target or source requiring grad) inside an enable_grad() region, the
+# caller's grad mode another. The caller's tensor was set_() onto its new memory in the caller's grad mode, so
+# under no_grad it lost eager's record (requires_grad False, no grad_fn).
+def _set_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1)
+    return (a0,)
+
+
+def _set_slice_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1[1:, ::2])
+    return (a0, a1)
+
+
+def _set_under_enable_grad_then_mul_(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1.detach())
+        a0.mul_(2)
+    return (a0.sum(),)
+
+
+def _set_onto_intermediate_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1 * 2)
+    return (a0,)
+
+
+def _set_onto_detached_intermediate_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1.detach() * 3)
+    return (a0,)
+
+
+def _set_under_enable_grad_then_no_grad_mul_(a0, a1):
+    with torch.enable_grad():
+        a0.set_(a1)
+    with torch.no_grad():
+        a0.mul_(2)
+    return (a0,)
+
+
+def _plain_pair():
+    s0 = _randn(4, 1).requires_grad_()
+    s1 = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    return (s0 * 1, s1.requires_grad_())
+
+
+def _plain_target_pair():
+    s1 = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    return (_randn(4, 1), s1.requires_grad_())
 
 
 def _complex_pair():
@@ -398,6 +451,17 @@ CASES = {
     "function_then_data_as_strided_": (_function_then_data_as_strided_, _strided_leaf),
     "view_of_inference_leaf_requires_grad_": (_view_of_inference_leaf_requires_grad_, _square_leaf),
     "set_under_enable_grad_then_data_fill_": (_set_under_enable_grad_then_data_fill_, _complex_pair),
+    "set_under_enable_grad": (_set_under_enable_grad, _plain_pair),
+    "set_under_enable_grad_plain_target": (_set_under_enable_grad, _plain_target_pair),
+    "set_slice_under_enable_grad": (_set_slice_under_enable_grad, _plain_pair),
+    "set_slice_under_enable_grad_plain_target": (_set_slice_under_enable_grad, _plain_target_pair),
+    "set_under_enable_grad_then_mul_": (_set_under_enable_grad_then_mul_, _plain_pair),
+    "set_onto_intermediate_under_enable_grad": (_set_onto_intermediate_under_enable_grad, _plain_target_pair),
+    "set_onto_detached_intermediate_under_enable_grad": (
+        _set_onto_detached_intermediate_under_enable_grad,
+        _plain_pair,
+    ),
+    "set_under_enable_grad_then_no_grad_mul_": (_set_under_enable_grad_then_no_grad_mul_, _plain_pair),
     "function_under_enable_grad": (_function_under_enable_grad, _leaf_row),
     "identity_under_enable_grad": (_identity_under_enable_grad, _leaf_row),
     "function_view_then_base_as_strided_": (_function_view_then_base_as_strided_, _non_leaf_cube),
@@ -413,9 +477,7 @@ CASES = {
     ),
 }
 # Classes not fixed yet, strict so that a fix shows.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("set_under_enable_grad_then_data_fill_", "no_grad"): "returned input requires_grad False (seed 5 class 8)",
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))

@@ -177,7 +177,13 @@ PROGRAMS = {
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("t_and_fill_expanded_leaf_then_mul", "training"): (
         "a written expanded leaf is read after the write as as_strided of its new value (functionalize), whose "
-        "backward spreads a gradient evenly over the indices sharing an element: eager's has one per index"
+        "backward spreads a gradient evenly over the indices sharing an element: eager's has one per index. "
+        "Without the t_() SyntheticBase reroutes the leaf's gradient to it (GradientTo, fill-then-mul passes); "
+        "with it the function gets MetadataMutation's restrided stand-in, an as_strided view of the leaf, not "
+        "rerouted, and the span base is leaf.as_strided: both AsStridedBackwards spread over shared elements. "
+        "Rerouting the stand-in (a permute of the leaf) is not enough: the fill_ through the function's alias (a "
+        "view) takes its history again by as_strided; a no-view alias (GradientTo) fails autograd's shape check "
+        "once the unrecorded t_() changed its geometry"
     ),
 }
 

@@ -405,12 +405,25 @@ class MetadataMutation:
                 size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
                     storage = source.untyped_storage() if source is not None else new_storages[_made_for(info, arg_idx)]
-                    if info.set_recorded and source is not None and torch.is_grad_enabled():
+                    if info.set_recorded and source is not None:
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
-                        # other views of its base, require grad after, as eager's do.
+                        # other views of its base, require grad after, as eager's do. Replayed under grad mode:
+                        # the function's set_() may sit in an enable_grad() region of a no_grad caller.
                         if source.dtype != target.dtype:  # (``t.set_(complex_input.real)``: the geometry is t's)
                             source = whole_storage_in(source, target.dtype)
-                        target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[call-overload]
+                        with torch.enable_grad():
+                            target.set_(source.as_strided(size, stride, relative_offset))  # type: ignore[call-overload]
+                        continue
+                    if info.set_recorded and source is None:
+                        # Onto memory the function made (``t.set_(a * 2)``), recorded: the target requires grad
+                        # after, with set_'s history as eager's. The graph's value of that memory carries no
+                        # history of the made tensor, so a leaf on it stands in for the source (set_'s
+                        # derivative raises: no gradient reaches it).
+                        stand_in = torch.empty(0, dtype=target.dtype, device=target.device)
+                        stand_in.set_(storage, relative_offset, size, stride)
+                        stand_in.requires_grad_(not target.requires_grad)
+                        with torch.enable_grad():
+                            target.set_(stand_in)  # type: ignore[call-overload]
                         continue
                     with torch.no_grad():
                         target.set_(storage, relative_offset, size, stride)
