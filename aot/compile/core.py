@@ -196,7 +196,7 @@ def runtime_from_graphs(
             entry.extra.get("backward_writes", ()),
             higher_order,
             saved_primals,
-            _passed_through(meta, backward_gm, len(saved)),
+            _gradient_sources(meta, backward_gm, len(saved)),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
@@ -268,14 +268,25 @@ def _higher_order(
     return HigherOrder(held, written, compile_higher_order, restrided)
 
 
-def _passed_through(
+def _gradient_sources(
     meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int
-) -> list[tuple[int, int]]:
-    """(primal, output) pairs where the backward's gradient of the primal is the output's tangent itself."""
+) -> list[tuple[int, frozenset[int]]]:
+    """(primal, outputs) pairs: the outputs whose tangents the backward's gradient of the primal is computed
+    from, where those are some of the outputs with a tangent, not all (the output's own tangent passed through,
+    the new value of a written input no output reads). When none of them gets a gradient, eager's engine never
+    runs the path to that input (its leaves keep ``.grad`` None), while the compiled backward runs for the
+    other outputs and would give it zeros computed from materialized tangents."""
     placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
     tangent_of = {node: meta.traced_tangents[k] for k, node in enumerate(placeholders[num_saved:])}
+    sources: dict[fx.Node, frozenset[int]] = {}
+    for node in backward.graph.nodes:
+        if node in tangent_of:
+            sources[node] = frozenset({tangent_of[node]})
+        else:
+            sources[node] = frozenset().union(*(sources[n] for n in node.all_input_nodes))
+    every = frozenset(meta.traced_tangents)
     grads = output_values(backward)[: len(meta.input_info)]
-    return [(p, tangent_of[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
+    return [(p, sources[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and frozenset() < sources[g] < every]
 
 
 def _restrided_after_call(meta: ViewAndMutationMeta[GraphArg, GraphOut], node: fx.Node) -> bool:
