@@ -235,6 +235,12 @@ def _no_grad_neg_out_then_t(a0, a1):
     return (a0.t(),)
 
 
+def _no_grad_clamp_out_then_unsqueeze(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1.unsqueeze(0),)
+
+
 def _leaf_of(*shape):
     return lambda: (randn(*shape).requires_grad_(), randn(3, 4, seed=1))
 
@@ -249,6 +255,11 @@ GRAD_PROGRAMS.update(
         "no_grad_out_grows_leaf_then_diagonal": (
             _no_grad_mul_out_then_diagonal,
             lambda: (randn(2, 2).requires_grad_(), randn(3, 4, seed=1).requires_grad_() * 1),
+        ),
+        # seed 25 program 217, shrunk
+        "no_grad_clamp_out_grows_leaf_then_unsqueeze": (
+            _no_grad_clamp_out_then_unsqueeze,
+            lambda: (randn(3, 4), randn(4, 1, seed=1).requires_grad_()),
         ),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
@@ -269,6 +280,7 @@ KNOWN_WRONG = {
         "no_grad_out_grows_empty_leaf_then_slice",
         "no_grad_out_grows_leaf_then_t",
         "no_grad_out_grows_leaf_then_diagonal",
+        "no_grad_clamp_out_grows_leaf_then_unsqueeze",
     )
 }
 
