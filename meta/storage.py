@@ -264,6 +264,11 @@ def fake_inputs(
             root = roots[id(base)]
             if base is tensor:
                 fake = root
+            elif leaf_of_ungraded_base(tensor) and tensor.dtype == base.dtype:
+                # requires_grad_() on a view of a base requiring none: made so on the fake too, so its own views
+                # follow that base as eager's do (those made under no_grad require no grad); a root of its own
+                # has them require it.
+                fake = _fake_view(root, tensor).requires_grad_()
             elif tensor.dtype != base.dtype or (tensor.requires_grad and not base.requires_grad):
                 # A dtype view (view_as_real ...) or a view the function set requires_grad on: its own tensor.
                 fake = root_of(tensor)

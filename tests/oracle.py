@@ -268,8 +268,10 @@ def check(
         make_args: a tuple of arguments (cloned per run) or a factory making fresh ones.
         compiled_fn: the compiled function to test (default: ``aot_function(fn, compiler)``).
         calls: how many times to run the compiled function (the second call reuses the entry).
-        deep: also compare the whole storage of every input after the call (writes outside
-            the input's own view, e.g. through ``as_strided`` with an absolute offset).
+        deep: also compare the whole storage of every input after the call and after the backward
+            (writes outside the input's own view, e.g. through ``as_strided`` with an absolute offset,
+            in the forward or in an ``autograd.Function``'s backward), and of the autograd leaves behind
+            the inputs after the backward.
 
     Returns the compiled function, for further inspection.
     """
@@ -299,12 +301,21 @@ def _aot_function_of(compiled: Any) -> aot.AOTFunction | None:
 
 
 def _whole_storage(t: torch.Tensor) -> torch.Tensor:
-    """A flat tensor over all of ``t``'s storage, in ``t``'s dtype."""
+    """A flat tensor over all of ``t``'s storage, in ``t``'s dtype (a sparse COO tensor's: its values')."""
+    if t.layout == torch.sparse_coo:
+        return _whole_storage(t._values())
     storage = t.untyped_storage()
     with torch.no_grad():
         return torch.empty(0, dtype=t.dtype, device=t.device).set_(
             storage, 0, (storage.nbytes() // t.element_size(),), (1,)
         )
+
+
+def _compare_storage(where: str, compiled: torch.Tensor, eager: torch.Tensor, rtol: float, atol: float) -> None:
+    """The whole storages of ``compiled`` and ``eager`` hold equal values (the elements outside their views too)."""
+    c_storage, e_storage = _whole_storage(compiled), _whole_storage(eager)
+    assert c_storage.shape == e_storage.shape, f"{where}: size {c_storage.shape} != {e_storage.shape}"
+    _compare_values(where, c_storage, e_storage, rtol, atol)
 
 
 def _run(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> tuple[Any, BaseException | None]:
@@ -363,9 +374,7 @@ def _check_once(
         _compare_values(f"input {i} after the call", c, e, rtol, atol)
         assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset(), f"input {i} metadata"
         if deep:
-            c_storage, e_storage = _whole_storage(c), _whole_storage(e)
-            assert c_storage.shape == e_storage.shape, f"storage of input {i} after the call: size"
-            _compare_values(f"storage of input {i} after the call", c_storage, e_storage, rtol, atol)
+            _compare_storage(f"storage of input {i} after the call", c, e, rtol, atol)
     compiled_bumps = [_version(t) - v for t, v in zip(compiled_inputs, versions_before, strict=True)]
     eager_bumps = [_version(t) - v for t, v in zip(eager_inputs, eager_versions_before, strict=True)]
     assert compiled_bumps == eager_bumps, f"version counter bumps {compiled_bumps} != eager {eager_bumps}"
@@ -403,6 +412,14 @@ def _check_once(
         assert (c is None) == (e is None), f"grad of autograd leaf {wrt[i]}: {c} vs {e}"
         if c is not None and e is not None:
             _compare_values(f"grad of autograd leaf {wrt[i]}", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
-    # An autograd.Function's backward may write a saved input in place: eager's caller sees it.
+    # An autograd.Function's backward may write a saved input in place: eager's caller sees it, also where
+    # the write lands outside the input's own elements (an as_strided at an absolute offset).
     for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
         _compare_values(f"input {i} after the backward", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
+        if deep:
+            _compare_storage(f"storage of input {i} after the backward", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
+    if deep:
+        for i, (c, e) in enumerate(zip(compiled_leaves_in, eager_leaves_in, strict=True)):
+            _compare_storage(
+                f"storage of autograd leaf {wrt[i]} after the backward", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR
+            )

@@ -224,7 +224,7 @@ def make_training_runtime(
     backward_writes: Sequence[int] = (),
     higher_order: HigherOrder | None = None,
     saved_primals: Sequence[int] = (),
-    passed_through: Sequence[tuple[int, int]] = (),
+    gradient_sources: Sequence[tuple[int, frozenset[int]]] = (),
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -237,8 +237,9 @@ def make_training_runtime(
             after the gradients, and they are copied into the tensors passed there.
         higher_order: how the backward runs with grad mode on; None: as with it off.
         saved_primals: the positions among the saved values where the forward saves a primal itself.
-        passed_through: (primal, output) pairs where the backward returns the output's tangent itself as the
-            primal's gradient: no tangent reaching that output (eager's engine never runs that path), none.
+        gradient_sources: (primal, outputs) pairs where the backward computes the primal's gradient from the
+            tangents of those outputs alone: no tangent reaching any of them (eager's engine never runs that
+            path), none.
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
@@ -251,7 +252,7 @@ def make_training_runtime(
     # leaf the function made): eager's backward runs it, so the call gets an edge of its own to be run by.
     own_edge = bool(backward_writes) and not any(info.requires_grad for info in meta.input_info)
     # Tangents materialized here, not by autograd: which ones were None decides those gradients.
-    materialize_here = bool(passed_through)
+    materialize_here = bool(gradient_sources)
 
     def compile_higher_order() -> tuple[Callable[..., Any], Sequence[int]] | DoubleBackwardError:
         assert higher_order is not None
@@ -376,8 +377,8 @@ def make_training_runtime(
         if not unreached:
             return grads
         cleared = list(grads)
-        for primal, out in passed_through:
-            if out in unreached:
+        for primal, outs in gradient_sources:
+            if outs <= unreached:
                 cleared[primal] = None
         return tuple(cleared)
 

@@ -33,7 +33,7 @@ from aot.compile.higher_order import (
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.partition import output_values, saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
-from aot.compile.trace import example_inputs, trace_inference, trace_joint
+from aot.compile.trace import USER_FUNCTIONS, example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
 from meta.collect import raised_by_eager_backward
 from meta.indices import GraphArg, GraphOut, UserArg, UserOut
@@ -108,6 +108,7 @@ def compile_core(
             return _forward_only(stage, config, entry, error)
         entry.joint = joint
         entry.extra["backward_writes"] = tuple(joint.meta["mutated_inputs"])
+        entry.extra[USER_FUNCTIONS] = joint.meta.get(USER_FUNCTIONS, True)
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         insert_runtime_asserts(entry.forward, "forward")
@@ -196,7 +197,8 @@ def runtime_from_graphs(
             entry.extra.get("backward_writes", ()),
             higher_order,
             saved_primals,
-            _passed_through(meta, backward_gm, len(saved)),
+            # (unknown for a stored entry: as with an autograd.Function)
+            _gradient_sources(meta, backward_gm, len(saved), entry.extra.get(USER_FUNCTIONS, True)),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
@@ -268,14 +270,31 @@ def _higher_order(
     return HigherOrder(held, written, compile_higher_order, restrided)
 
 
-def _passed_through(
-    meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int
-) -> list[tuple[int, int]]:
-    """(primal, output) pairs where the backward's gradient of the primal is the output's tangent itself."""
+def _gradient_sources(
+    meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int, user_functions: bool
+) -> list[tuple[int, frozenset[int]]]:
+    """(primal, outputs) pairs: the outputs whose tangents the backward's gradient of the primal is computed
+    from, where those are some of the outputs with a tangent, not all (the output's own tangent passed through,
+    the new value of a written input no output reads). When none of them gets a gradient, eager's engine never
+    runs the path to that input (its leaves keep ``.grad`` None), while the compiled backward runs for the
+    other outputs and would give it zeros computed from materialized tangents.
+
+    ``user_functions``: the backward runs an autograd.Function's backward, which eager's engine runs with zeros
+    for its outputs no gradient reached once one did: only a tangent passed through as the gradient itself then.
+    """
     placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
     tangent_of = {node: meta.traced_tangents[k] for k, node in enumerate(placeholders[num_saved:])}
+    sources: dict[fx.Node, frozenset[int]] = {}
+    for node in backward.graph.nodes:
+        if node in tangent_of:
+            sources[node] = frozenset({tangent_of[node]})
+        else:
+            sources[node] = frozenset().union(*(sources[n] for n in node.all_input_nodes))
+    every = frozenset(meta.traced_tangents)
     grads = output_values(backward)[: len(meta.input_info)]
-    return [(p, tangent_of[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
+    if user_functions:
+        return [(p, sources[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
+    return [(p, sources[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and frozenset() < sources[g] < every]
 
 
 def _restrided_after_call(meta: ViewAndMutationMeta[GraphArg, GraphOut], node: fx.Node) -> bool:

@@ -185,6 +185,7 @@ def trace_joint(
     backward_writes.refuse_writes_outside_inputs(primals, names)
     gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
+    gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
     return gm
 
 
@@ -253,6 +254,7 @@ def _trace_joint_once(
             if out.requires_grad and not history_refused(out) and out.grad_fn is not None
         ]
         differentiable, cotangents = [differentiable[i] for i in kept], [cotangents[i] for i in kept]
+        backward_writes.user_functions = _reaches_user_function([out.grad_fn for out in differentiable])
         if differentiable and (wants_grad or made_leaves):
             # Eager's backward refuses some writes by geometry (into an expanded view's gradient): so does
             # the trace, and the caller makes the compiled backward raise it. It runs every node reaching a
@@ -291,6 +293,34 @@ def _trace_joint_once(
     ):
         gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
     return gm, primals, tangents, backward_writes
+
+
+# Joint graph meta: whether its backward runs an autograd.Function's backward. Eager's engine materializes zeros
+# for the outputs of such a node no gradient reached once another output's did: a gradient computed from tangents
+# none of which arrived need not be None there.
+USER_FUNCTIONS = "user_functions"
+
+
+def _reaches_user_function(roots: Sequence[Any]) -> bool:
+    """Whether the autograd graph behind ``roots`` (``grad_fn``s) has an autograd.Function's node."""
+    seen: set[Any] = set()
+    stack = [root for root in roots if root is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node):
+            return True
+        stack.extend(next_fn for next_fn, _ in node.next_functions if next_fn is not None)
+    return False
+
+
+def _user_function(node: Any) -> bool:
+    """Whether an autograd.Function's node is the user's (or a compiled function's, which may run one), not one
+    of the stand-ins the fakes and layers build eager's history with (their backwards pass gradients on)."""
+    module = getattr(getattr(node, "_forward_cls", None), "__module__", "")
+    return not module.startswith(("meta.", "wrappers."))
 
 
 def _leaves_made_inside(made: Sequence[torch.Tensor], primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -416,6 +446,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.storages: dict[int, str] = {}  # storage -> the first op writing it
         self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
+        self.user_functions = False  # whether the backward runs an autograd.Function's backward
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         for position in written_positions(func, args):
