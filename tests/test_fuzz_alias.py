@@ -9,7 +9,7 @@ import torch
 import aot
 from aot.errors import UnsupportedMutationError
 from tests.functions import DoublesInPlace, Identity
-from tests.oracle import MODES, check_in_mode
+from tests.oracle import MODES, check_in_mode, mode_params
 
 
 def _gen() -> torch.Generator:
@@ -294,8 +294,19 @@ VIEWS_MADE_WITHOUT_GRAD = {
 }
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", sorted(VIEWS_MADE_WITHOUT_GRAD))
+_BASE_GETS_GRAD = (
+    "the base of the view made without grad gets a gradient eager does not give it: eager's backward of the read "
+    "taken before the write under no_grad fills neither the view's .grad nor its base's (both stay None); the "
+    "compiled backward reaches the base (the view's history taken from it) and fills its .grad"
+)
+KNOWN_WRONG_WITHOUT_GRAD: dict[tuple[str, str], str] = {
+    (f"{fn}_{made}", "training"): _BASE_GETS_GRAD
+    for fn in ("read_then_written_under_no_grad", "read_then_set_under_no_grad", "read_in_enable_grad_then_set")
+    for made in ("no_grad", "inference_mode")
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(VIEWS_MADE_WITHOUT_GRAD, KNOWN_WRONG_WITHOUT_GRAD))
 def test_view_made_without_grad_read_before_write(name, mode):
     check_in_mode(*VIEWS_MADE_WITHOUT_GRAD[name], mode)
 

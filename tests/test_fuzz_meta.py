@@ -129,7 +129,13 @@ CASES = {
     "complex_view_of_transposed_leaf": (_complex_view_of_transposed_leaf, lambda: (_randn(2, 2, grad=True),)),
     "complex_view_then_t_": (_complex_view_then_t_, lambda: (_randn(4, 6),)),
 }
-KNOWN_WRONG: dict[tuple[str, str], str] = {}
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("complex_view_then_t_", "training"): (
+        "the input made a leaf misses the gradient of the complex view's read (every other row after t_()): "
+        "eager's view, taken before the input required grad, gets its history again from its base, the input "
+        "made a leaf, when read; the compiled call's read has none"
+    ),
+}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, KNOWN_WRONG))
