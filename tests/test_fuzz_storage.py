@@ -290,13 +290,7 @@ PROGRAMS = {
 }
 
 # Strict xfails: (name, mode) -> why it still differs.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("view_of_leaf_view_after_write", "training"): (
-        "the input made a leaf gets a gradient through the view of it read after its write under no_grad: eager "
-        "takes that view's history again from its base, the plain tensor the input views, reaching nothing; the "
-        "compiled backward counts it (every other column gets 2, eager's 1)"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
