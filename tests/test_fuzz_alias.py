@@ -244,6 +244,19 @@ def _read_then_set_under_no_grad(a0):
     return (y,)
 
 
+def _read_then_written_twice(a0):
+    y = a0.t() * 2
+    z = a0.sum(0)
+    with torch.no_grad():
+        a0.add_(1)
+        a0.mul_(3)
+    return (y, z)
+
+
+def _read_only(a0):
+    return (a0 * 2,)
+
+
 def _written_then_read(a0):
     with torch.no_grad():
         a0.mul_(2)
@@ -287,6 +300,8 @@ VIEWS_MADE_WITHOUT_GRAD = {
             _read_then_set_under_no_grad,
             _written_then_read,
             _read_in_enable_grad_then_set,
+            _read_then_written_twice,
+            _read_only,
         )
         for made in ("no_grad", "inference_mode")
     },
@@ -295,13 +310,20 @@ VIEWS_MADE_WITHOUT_GRAD = {
 
 
 _BASE_GETS_GRAD = (
-    "the base of the view made without grad gets a gradient eager does not give it: eager's backward of the read "
-    "taken before the write under no_grad fills neither the view's .grad nor its base's (both stay None); the "
-    "compiled backward reaches the base (the view's history taken from it) and fills its .grad"
+    "the base of the view made without grad gets a gradient eager does not give it: eager's read before the write "
+    "under no_grad records no edge for the view (no history, no gradient accumulator of its own), so its "
+    "backward fills neither .grad; the compiled call sets the counters to eager's final values before its "
+    "Function reads the view (Counters.start relaxes its creation), so autograd takes its history again from "
+    "the base (AsStridedBackward) and the backward fills the base's .grad"
 )
 KNOWN_WRONG_WITHOUT_GRAD: dict[tuple[str, str], str] = {
     (f"{fn}_{made}", "training"): _BASE_GETS_GRAD
-    for fn in ("read_then_written_under_no_grad", "read_then_set_under_no_grad", "read_in_enable_grad_then_set")
+    for fn in (
+        "read_then_written_under_no_grad",
+        "read_then_set_under_no_grad",
+        "read_in_enable_grad_then_set",
+        "read_then_written_twice",
+    )
     for made in ("no_grad", "inference_mode")
 }
 
