@@ -215,6 +215,16 @@ def _grad_roots(inputs: list[torch.Tensor]) -> list[Any]:
     return [t if t.grad_fn is None else t.grad_fn for t in inputs if t.requires_grad]
 
 
+def _made_leaf(t: torch.Tensor | None, compared: set[int]) -> bool:
+    """Whether ``t`` is a leaf requiring grad not among ``compared`` (ids of leaves already compared)."""
+    if t is None or id(t) in compared or not t.requires_grad:
+        return False
+    try:
+        return t.is_leaf
+    except RuntimeError:  # reading a stale view's history may raise
+        return False
+
+
 def leaves_behind(roots: list[Any]) -> list[torch.Tensor]:
     """The leaf tensors requiring grad that ``roots`` (leaves or autograd nodes) reach, in a fixed order."""
     found: list[torch.Tensor] = []
@@ -412,6 +422,23 @@ def _check_once(
         assert (c is None) == (e is None), f"grad of autograd leaf {wrt[i]}: {c} vs {e}"
         if c is not None and e is not None:
             _compare_values(f"grad of autograd leaf {wrt[i]}", c, e, rtol * GRAD_FACTOR, atol * GRAD_FACTOR)
+    # The inputs that are leaves requiring grad after the call, not before it (``requires_grad_()`` on an input
+    # needing none), and such a leaf behind an input (its ``_base``, which the walk above does not reach from a
+    # view made without grad): the backward fills their ``.grad`` in the caller's hands.
+    compared = {id(leaf) for leaf in eager_leaves_in} | {id(leaf) for leaf in compiled_leaves_in}
+    for i, (c_in, e_in) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):
+        for what, c, e in (("input", c_in, e_in), ("base of input", c_in._base, e_in._base)):
+            if not (_made_leaf(c, compared) or _made_leaf(e, compared)):
+                continue
+            compared.update((id(c), id(e)))
+            assert _made_leaf(c, set()) and _made_leaf(e, set()), f"{what} {i} after the backward: a leaf in one only"
+            assert (c.grad is None) == (e.grad is None), (
+                f"grad of {what} {i}, a leaf after the call: {c.grad} vs {e.grad}"
+            )
+            if c.grad is not None and e.grad is not None:
+                _compare_values(
+                    f"grad of {what} {i}, a leaf after the call", c.grad, e.grad, rtol * GRAD_FACTOR, atol * GRAD_FACTOR
+                )
     # An autograd.Function's backward may write a saved input in place: eager's caller sees it, also where
     # the write lands outside the input's own elements (an as_strided at an absolute offset).
     for i, (c, e) in enumerate(zip(compiled_inputs, eager_inputs, strict=True)):

@@ -9,7 +9,7 @@ import torch
 import aot
 from aot.errors import UnsupportedMutationError
 from tests.functions import DoublesInPlace, Identity
-from tests.oracle import MODES, check_in_mode
+from tests.oracle import MODES, check_in_mode, mode_params
 
 
 def _gen() -> torch.Generator:
@@ -244,6 +244,19 @@ def _read_then_set_under_no_grad(a0):
     return (y,)
 
 
+def _read_then_written_twice(a0):
+    y = a0.t() * 2
+    z = a0.sum(0)
+    with torch.no_grad():
+        a0.add_(1)
+        a0.mul_(3)
+    return (y, z)
+
+
+def _read_only(a0):
+    return (a0 * 2,)
+
+
 def _written_then_read(a0):
     with torch.no_grad():
         a0.mul_(2)
@@ -287,6 +300,8 @@ VIEWS_MADE_WITHOUT_GRAD = {
             _read_then_set_under_no_grad,
             _written_then_read,
             _read_in_enable_grad_then_set,
+            _read_then_written_twice,
+            _read_only,
         )
         for made in ("no_grad", "inference_mode")
     },
@@ -294,8 +309,26 @@ VIEWS_MADE_WITHOUT_GRAD = {
 }
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", sorted(VIEWS_MADE_WITHOUT_GRAD))
+_BASE_GETS_GRAD = (
+    "the base of the view made without grad gets a gradient eager does not give it: eager's read before the write "
+    "under no_grad records no edge for the view (no history, no gradient accumulator of its own), so its "
+    "backward fills neither .grad; the compiled call sets the counters to eager's final values before its "
+    "Function reads the view (Counters.start relaxes its creation), so autograd takes its history again from "
+    "the base (AsStridedBackward) and the backward fills the base's .grad"
+)
+KNOWN_WRONG_WITHOUT_GRAD: dict[tuple[str, str], str] = {
+    (f"{fn}_{made}", "training"): _BASE_GETS_GRAD
+    for fn in (
+        "read_then_written_under_no_grad",
+        "read_then_set_under_no_grad",
+        "read_in_enable_grad_then_set",
+        "read_then_written_twice",
+    )
+    for made in ("no_grad", "inference_mode")
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(VIEWS_MADE_WITHOUT_GRAD, KNOWN_WRONG_WITHOUT_GRAD))
 def test_view_made_without_grad_read_before_write(name, mode):
     check_in_mode(*VIEWS_MADE_WITHOUT_GRAD[name], mode)
 

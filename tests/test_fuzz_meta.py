@@ -119,7 +119,53 @@ def _complex_view_of_transposed_leaf(a0):
     return (sum(t.real.sum() for t in (a0, v0)),)
 
 
+# Class 24's kin: a view of an input the function makes a leaf (requires_grad_()), read after the input's memory
+# or geometry changed since the view took its history. Eager takes the view's history again from its base when
+# read: the input made a leaf (reached, even by a view taken before requires_grad_()), or the base a view input
+# has, needing no grad (reached by nothing, even by a view that had a history).
+def _view_before_then_written_under_no_grad(a0):
+    v0 = a0[::2]
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.mul_(2)
+    return ((v0 * a0[1:2]).sum(),)
+
+
+def _view_before_unchanged(a0):
+    v0 = a0[::2]
+    a0.requires_grad_()
+    return ((v0 * a0[1:2]).sum(),)
+
+
+def _view_before_then_view_written(a0):
+    v0 = a0[1:]
+    a0.requires_grad_()
+    with torch.no_grad():
+        v0.mul_(2)
+    return ((v0 * 3).sum() + a0.sum(),)
+
+
+def _view_after_then_written_under_no_grad(a0):
+    a0.requires_grad_()
+    v0 = a0.t()
+    with torch.no_grad():
+        a0.add_(1)
+    return ((v0 * 2).sum() + a0.sum(),)
+
+
 CASES = {
+    "view_before_then_written_under_no_grad": (_view_before_then_written_under_no_grad, lambda: (_randn(4, 3),)),
+    "view_before_unchanged": (_view_before_unchanged, lambda: (_randn(4, 3),)),
+    "view_before_then_view_written": (_view_before_then_view_written, lambda: (_randn(4, 3),)),
+    "view_after_then_written_under_no_grad": (_view_after_then_written_under_no_grad, lambda: (_randn(4, 3),)),
+    "view_of_view_input_after_then_written": (
+        _view_after_then_written_under_no_grad,
+        lambda: (_randn(4, 6)[:, ::2],),
+    ),
+    "view_of_view_input_before_then_written": (
+        _view_before_then_written_under_no_grad,
+        lambda: (_randn(8, 3)[1::2],),
+    ),
     "clamp_out_of_transpose": (_clamp_out_of_transpose, lambda: (_randn(4, 1),)),
     "as_strided_of_set_alias": (_as_strided_of_set_alias, _expanded_int_args),
     "complex_view_of_resized": (_complex_view_of_resized, _complex_view_of_resized_args),

@@ -45,12 +45,12 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_true
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import view_root, whole_storage, whole_storage_in
+from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -1034,6 +1034,9 @@ class _RequiresGradInside(TorchFunctionMode):
         self._grad_targets: dict[int, torch.Tensor] = {}
         self._moved: dict[int, torch.Tensor] = {}
         self._names: dict[int, str] = {}
+        # Views the function took of an alias (or of such a view): the version they last took history at, and
+        # the history eager took again then (``_regenerated``).
+        self._views: dict[int, tuple[torch.Tensor, int, torch.Tensor | None]] = {}
 
     def untracked(self, source: torch.Tensor, of_view: bool = False, set_later: str | None = None) -> torch.Tensor:
         """``of_view``: the caller's tensor is a view (of a base needing no grad): a view of it taken under no_grad
@@ -1049,7 +1052,51 @@ class _RequiresGradInside(TorchFunctionMode):
             self._of_views.add(id(alias))
         return alias
 
+    def _regenerated(self, value: torch.Tensor) -> torch.Tensor | None:
+        """Eager takes a view's history again from its base when read after the memory changed (its version
+        moved since it took one): from the input, if the function made it a leaf requiring grad (a view of it
+        then reaches it, even one taken before ``requires_grad_()``), else from a base needing no grad (no
+        history, even for a view that had one), and keeps that history until the next change. ``None`` where
+        the view's own history stands."""
+        view = self._views.get(id(value))
+        if view is None or view[0] is not value or not torch.is_grad_enabled():
+            return None
+        if value._version == view[1]:
+            return view[2]
+        alias_id = next((key for key, (alias, _) in self._sources.items() if _same_storage(alias, value)), None)
+        if alias_id is None:
+            return None
+        attached = self._attached.get(alias_id)
+        if attached is None or alias_id in self._of_views:
+            regenerated = value.detach()
+        else:
+            regenerated = _as_strided_like(view_root(attached[1]), value)
+        self._views[id(value)] = (value, value._version, regenerated)
+        return regenerated
+
+    def _record_views(self, args: Any, kwargs: dict[str, Any], out: Any, in_place: bool) -> None:
+        """Remember the views ``out`` holds of an alias (or of a view of one), for ``_regenerated``."""
+        sources = [
+            t
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+            and ((id(t) in self._sources and self._sources[id(t)][0] is t) or id(t) in self._views)
+        ]
+        if not sources:
+            return
+        for o in tree_flatten(out)[0]:
+            if not (isinstance(o, torch.Tensor) and o._is_view() and any(_same_storage(o, t) for t in sources)):
+                continue
+            known = self._views.get(id(o))
+            # An op returning the view itself (``.real`` of a real view) keeps the history it has; an in-place
+            # op on it in grad mode gives it a history of its own (eager rebases it; under no_grad it does not).
+            if known is None or known[0] is not o or in_place:
+                self._views[id(o)] = (o, o._version, None)
+
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        regenerated = self._regenerated(value)
+        if regenerated is not None:
+            return regenerated
         found = self._attached.get(id(value))
         if found is None or found[0] is not value:
             return value
@@ -1109,9 +1156,32 @@ class _RequiresGradInside(TorchFunctionMode):
                 if wanted:
                     self._attached[id(args[0])] = found
                 return None if setter else args[0]
-        if not self._attached or name == "__set__":
-            return func(*args, **kwargs)
-        return _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+        if name == "__set__" or (not self._attached and not self._views):
+            out = func(*args, **kwargs)
+        else:
+            out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+        in_place = name.endswith("_") and not name.startswith("__") and bool(args) and out is args[0]
+        in_place = in_place and torch.is_grad_enabled()  # recorded: eager rebases the view's history
+        self._record_views(args, kwargs, out, in_place)
+        return out
+
+
+def _as_strided_like(root: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A view of ``root`` with ``value``'s geometry and dtype (a complex view of real memory, or a real one of
+    complex memory, as ``view_as_complex``/``view_as_real`` take them)."""
+    if value.is_complex() and not root.is_complex():
+        pairs = root.as_strided((*value.shape, 2), (*(2 * s for s in value.stride()), 1), 2 * value.storage_offset())
+        return torch.view_as_complex(pairs)
+    if root.is_complex() and not value.is_complex():
+        root = torch.view_as_real(root)
+    return root.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return storage_key(a) == storage_key(b)
+    except (RuntimeError, NotImplementedError):  # a tensor without storage
+        return False
 
 
 # In-place geometry changes: applied to the alias itself, the next stand-in takes its new geometry.
