@@ -321,10 +321,14 @@ def clone_at_offset(tensor: torch.Tensor) -> torch.Tensor:
     if offset == 0 or tensor.layout != torch.strided or copy.storage_offset() != 0:
         return copy
     memory = copy.new_empty(offset + storage_extent(copy)[1])
-    # Detached: no view autograd knows of, as a clone is none. A view's history is taken again from its base
-    # once its counter moves (a write under no_grad), which autograd on fakes does by replaying the view op:
-    # under the caller's inference mode that records nothing, and an autograd.Function's apply then fails.
-    placed = memory.as_strided(copy.shape, copy.stride(), offset).detach()
+    placed = memory.as_strided(copy.shape, copy.stride(), offset)
+    if torch.is_inference_mode_enabled() or CALLER_IN_INFERENCE_MODE.get():
+        # Detached: no view autograd knows of, as a clone is none. A view's history is taken again from its base
+        # once its counter moves (a write under no_grad), which autograd on fakes does by replaying the view op:
+        # under the caller's inference mode that records nothing, and an autograd.Function's apply then fails.
+        # (Outside inference mode the view stays: the backward of a write through a column of a shared base
+        # takes its geometry from it; detached, setStorage ran out of the copy's memory.)
+        placed = placed.detach()
     return placed.copy_(copy)
 
 
