@@ -142,6 +142,7 @@ class MetadataMutation:
             and torch.is_grad_enabled()
             and _views_taken_at_the_end(meta, i)
             and i not in viewed
+            and _static_final_geometry(meta.input_info[i])
         )
         self._written_changed = written_changed
         split = OutputSplit.of(
@@ -613,6 +614,13 @@ def _written_with_changes(info: InputAliasInfo) -> bool:
     the elements the geometry before it spanned). Through a view of the input the write would be one into the
     input below, scattered by the final geometry's strides past those changes."""
     return info.requires_grad and not info.is_leaf and info.mutation_visible_to_autograd
+
+
+def _static_final_geometry(info: InputAliasInfo[DedupedArg]) -> bool:
+    # The no-view stand-in's ending value is specified by its final sizes; symbolic ones (dynamic shapes) keep
+    # the view stand-in, as before that route existed.
+    final = info.final_metadata
+    return final is not None and all(isinstance(v, int) for v in (*final[0], *final[1]))
 
 
 def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
