@@ -616,7 +616,7 @@ def _written_with_changes(info: InputAliasInfo) -> bool:
     return info.requires_grad and not info.is_leaf and info.mutation_visible_to_autograd
 
 
-def _static_final_geometry(info: InputAliasInfo[DedupedArg]) -> bool:
+def _static_final_geometry(info: InputAliasInfo) -> bool:
     # The no-view stand-in's ending value is specified by its final sizes; symbolic ones (dynamic shapes) keep
     # the view stand-in, as before that route existed.
     final = info.final_metadata
