@@ -322,6 +322,8 @@ def collect_meta(
         # A view made under no_grad of memory requiring grad, written since: eager refuses its history when the
         # caller reads it, not before (a fresh view of it would take that history again here).
         refused = history_refused(out) and not of_inference_input(out)
+        # (Not one made to require grad inside, requires_grad_(): eager's keeps requires_grad, seed 22 program 665.)
+        refused = refused and recorder.made_require_grad.get(id(out)) is not out
 
         def info(
             kind: OutputType, tensor: torch.Tensor = out, refused: bool = refused, **fields: Any

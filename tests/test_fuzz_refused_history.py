@@ -186,6 +186,15 @@ def _no_grad_view_made_after_write(a0):
     return (v1,)
 
 
+def _view_made_to_require_grad_then_base_written(a0):
+    # Seed 22 program 665 (inference_mode): requires_grad_() on the view keeps eager's requires_grad, refused
+    # history or not.
+    v0 = a0[..., ::2]
+    v0.requires_grad_()
+    a0.detach().index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return (v0,)
+
+
 CASES = {
     "view_of_made_leaf_then_squeeze_": (_view_of_made_leaf_then_squeeze_, _vector_leaf),
     "view_of_made_leaf_then_squeeze_under_no_grad": (_under_no_grad(_view_of_made_leaf_then_squeeze_), _vector_leaf),
@@ -209,6 +218,7 @@ CASES = {
     "other_half_set_onto_returned": (_other_half_set_onto_returned, _halves_of_leaf),
     "no_grad_view_not_written": (_no_grad_view_not_written, _matrix_leaf),
     "no_grad_view_made_after_write": (_no_grad_view_made_after_write, _matrix_leaf),
+    "view_made_to_require_grad_then_base_written": (_view_made_to_require_grad_then_base_written, _matrix_leaf),
 }
 
 
