@@ -267,7 +267,21 @@ def _view_between_as_strided_then_mul_(a0):
     return (a0.sum(), v)
 
 
+def _column_written_then_squeezed_after_matmul(a0):
+    # Seed 22 program 4572: a change of shape alone keeps the view stand-in; with the no-view one, the matmul's
+    # saved input took the squeeze_()d shape in the backward (IndexError where eager runs).
+    a0.index_fill_(-1, torch.tensor([0]), 2.0)
+    v0 = a0 @ a0.mT
+    a0.squeeze_()
+    return (a0.sum() + v0.sum(),)
+
+
+def _non_leaf_column():
+    return (torch.randn(4, 1, generator=torch.Generator().manual_seed(0)).requires_grad_() * 1,)
+
+
 PROGRAMS = {
+    "column_written_then_squeezed_after_matmul": (_column_written_then_squeezed_after_matmul, _non_leaf_column),
     "as_strided_twice_then_mul_with_view_input": (_as_strided_twice_then_mul_with_view_input, _non_leaf_and_its_rows),
     "view_between_as_strided_then_mul_": (_view_between_as_strided_then_mul_, _non_leaf_4x6),
     "as_strided_twice_then_mul_by_leaf": (_as_strided_twice_then_mul_by_leaf, _non_leaf_4x6_and_leaf),

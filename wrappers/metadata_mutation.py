@@ -143,6 +143,7 @@ class MetadataMutation:
             and _views_taken_at_the_end(meta, i)
             and i not in viewed
             and _static_final_geometry(meta.input_info[i])
+            and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
         split = OutputSplit.of(
@@ -621,6 +622,23 @@ def _static_final_geometry(info: InputAliasInfo) -> bool:
     # the view stand-in, as before that route existed.
     final = info.final_metadata
     return final is not None and all(isinstance(v, int) for v in (*final[0], *final[1]))
+
+
+def _elements_reached_change(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """Whether a geometry change of ``arg`` spans other elements than it did (``as_strided_``, ``resize_``): a
+    change of shape alone (``squeeze_``, ``t_``) reaches the same elements, its backward each of them, and the
+    input keeps its view stand-in (the no-view one gave a tensor saved before a ``squeeze_`` the new shape in
+    the backward: seed 22 program 4572)."""
+
+    def span(size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> tuple[int, int, int]:
+        numel = 1
+        for n in size:
+            numel *= n
+        return numel, offset, offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True) if n > 0)
+
+    first = span(tuple(arg.shape), tuple(arg.stride()), 0)
+    steps = info.metadata_steps or ((info.final_metadata,) if info.final_metadata is not None else ())
+    return any(span(*step[:3]) != first for step in steps)
 
 
 def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
