@@ -184,11 +184,6 @@ def _write_target(written: Sequence[torch.Tensor], base: torch.Tensor) -> torch.
     return root.as_strided(base.shape, base.stride(), base.storage_offset())
 
 
-_Target = tuple[torch.Tensor, int]
-"""A caller's tensor to write back into, and the position of the new value written, among the inner outputs
-after the kept ones."""
-
-
 def _new_values(cluster: _Cluster, own_written: set[RestridedArg]) -> list[RestridedArg | None]:
     """The new values the inner function returns for ``cluster``: one per written member, or, written back
     whole, the base's copy (None) and the members with their own history (``own_written``)."""
@@ -395,25 +390,23 @@ class SyntheticBase:
         counters = Counters(bumps, self._counter_groups, moved_inside)
 
         own_leaves = self._own_leaves
-        # Each cluster's first new value among the inner outputs after the kept ones: one if written back whole.
         own_written = self._own_written
-        first_value = [sum(len(_new_values(c, own_written)) for c in clusters[:k]) for k in range(len(clusters))]
 
-        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[_Target], list[InputAliasInfo]]:
+        def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[InputAliasInfo]]:
             """Before the inner call: its arguments (plain inputs, a base per cluster, own bases), and the
-            tensors the new values are written back into, with their infos."""
+            tensors the new values are written back into (one per new value, in ``_new_values``' order), with
+            their infos."""
             bases = []
             spans = []
-            targets: list[_Target] = []
+            targets: list[torch.Tensor] = []
             target_infos: list[InputAliasInfo] = []
             for cluster, cluster_infos in zip(clusters, infos, strict=True):
                 cluster_args = [args[m] for m in cluster.members]
                 spans.append(_span(cluster_args, cluster_infos))
                 base = span_base(cluster_args, spans[-1])
                 bases.append(base)
-                value = first_value[len(bases) - 1]
                 if not cluster.whole:
-                    targets += [(args[m], value + k) for k, m in enumerate(cluster.written)]
+                    targets += [args[m] for m in cluster.written]
                     target_infos += [meta.input_info[m] for m in cluster.written]
                     continue
                 # The whole is written back as the members eager's autograd saw written through the base wrote it;
@@ -421,13 +414,14 @@ class SyntheticBase:
                 tracked = [m for m in cluster.written if m not in own_written]
                 whole = _write_target([args[m] for m in tracked or cluster.written], base)
                 merged = _merged([meta.input_info[m] for m in tracked or cluster.written])
-                targets.append((whole, value))
+                targets.append(whole)
                 target_infos.append(
                     merged if tracked else dataclasses.replace(merged, mutations_hidden_from_autograd=True)
                 )
-                for k, m in enumerate(m for m in cluster.written if m in own_written):
-                    targets.append((args[m], value + 1 + k))
-                    target_infos.append(meta.input_info[m])
+                for m in cluster.written:
+                    if m in own_written:
+                        targets.append(args[m])
+                        target_infos.append(meta.input_info[m])
             own = _own_bases(args, rerouted, own_leaves, clusters, spans)
             return [*(args[arg] for arg in plain), *bases, *own], targets, target_infos
 
@@ -435,7 +429,7 @@ class SyntheticBase:
             args: list[torch.Tensor],
             inner_outs: list[Any],
             before: tuple[int, ...],
-            targets: list[_Target],
+            targets: list[torch.Tensor],
             target_infos: list[InputAliasInfo],
         ) -> list[Any]:
             """After the inner call: the write-back, the outputs rebuilt on the caller's tensors."""
@@ -459,8 +453,7 @@ class SyntheticBase:
                 for i, info in enumerate(meta.output_info)
                 if RestridedOut(i) in split.rebuilt and info.replay_before_write_back
             }
-            values = inner_outs[num_kept:]
-            write_back([target for target, _ in targets], [values[k] for _, k in targets], target_infos)
+            write_back(targets, inner_outs[num_kept:], target_infos)
             outs = split.assemble(
                 meta, inner_outs[:num_kept], lambda out, info: early[out] if out in early else rebuild(out, info)
             )
