@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +53,7 @@ from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
 from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
-from meta.symbolic import resolve_sizes
+from meta.symbolic import resolve_sizes, span_end
 from meta.versions import Counters, counter_groups, set_versions, uncounted
 from meta.view_and_mutation import (
     InputAliasInfo,
@@ -631,10 +632,7 @@ def _elements_reached_change(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     the backward: seed 22 program 4572)."""
 
     def span(size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> tuple[int, int, int]:
-        numel = 1
-        for n in size:
-            numel *= n
-        return numel, offset, offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True) if n > 0)
+        return math.prod(size), offset, span_end(size, stride, offset)
 
     first = span(tuple(arg.shape), tuple(arg.stride()), 0)
     steps = info.metadata_steps or ((info.final_metadata,) if info.final_metadata is not None else ())
