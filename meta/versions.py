@@ -235,10 +235,8 @@ def refuse_history(tensor: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             tensor = tensor.view_as(tensor)
     for view, creation in _relaxed([tensor]):
-        counter = view._version
-        set_versions([view], [_NEVER_COUNTED])
-        _ = view.grad_fn  # taken while the view counts as made in grad mode
-        set_versions([view], [counter])
+        with recorded_stale(view):
+            _ = view.grad_fn  # taken while the view counts as made in grad mode
         torch._C._autograd._set_creation_meta(view, creation)
         vars(view).pop(_RELAXED_CREATION, None)
     return tensor
