@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten
 from meta import symbolic
 from meta.eager_state import (
     aten,
+    autograd_nodes,
     geometry_of,
     history_of,
     is_leaf_safely,
@@ -507,20 +508,11 @@ def _reshaped_then_moved(
 def _reaches(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
     """Whether the outputs' history reaches ``leaf`` (an output whose history autograd on fakes fails to take
     again is judged as not reaching it)."""
-    seen: set[int] = set()
-    stack: list[Any] = []
+    roots: list[Any] = []
     for out in outs:
         with contextlib.suppress(Exception):
-            stack.append(out.grad_fn)
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if getattr(node, "variable", None) is leaf:
-            return True
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return False
+            roots.append(out.grad_fn)
+    return any(getattr(node, "variable", None) is leaf for node in autograd_nodes(roots))
 
 
 def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:

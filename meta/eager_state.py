@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -15,6 +15,7 @@ from meta.storage import (
 
 __all__ = [
     "aten",
+    "autograd_nodes",
     "geometry_of",
     "history_of",
     "is_leaf_safely",
@@ -72,3 +73,16 @@ def made_by_custom_function(tensor: torch.Tensor) -> bool:
         return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
     except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
+
+
+def autograd_nodes(roots: Iterable[Any]) -> Iterator[Any]:
+    """Every node of the autograd graph behind ``roots`` (``grad_fn``s; ``None`` skipped), once each."""
+    seen: set[int] = set()
+    stack = [root for root in roots if root is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)

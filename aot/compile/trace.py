@@ -31,7 +31,7 @@ from aot.compile.source_lines import recording_source_lines
 from aot.compile.stale_views import RegeneratedViews, needs_regenerated_views
 from meta import symbolic
 from meta.alias import AliasAnalysis, written_positions
-from meta.eager_state import is_leaf_safely, saved_tensor_hooks_suspended
+from meta.eager_state import autograd_nodes, is_leaf_safely, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import FreshViews
 from meta.function_apply import functions_seen_by_modes
@@ -303,17 +303,10 @@ USER_FUNCTIONS = "user_functions"
 
 def _reaches_user_function(roots: Sequence[Any]) -> bool:
     """Whether the autograd graph behind ``roots`` (``grad_fn``s) has an autograd.Function's node."""
-    seen: set[Any] = set()
-    stack = [root for root in roots if root is not None]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node):
-            return True
-        stack.extend(next_fn for next_fn, _ in node.next_functions if next_fn is not None)
-    return False
+    return any(
+        isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node)
+        for node in autograd_nodes(roots)
+    )
 
 
 def _user_function(node: Any) -> bool:
