@@ -8,7 +8,7 @@ import torch
 import aot
 from aot.errors import UnsupportedMutationError
 from tests.functions import DoublesInPlace, Identity, TriplesGradOutput
-from tests.oracle import check_in_mode
+from tests.oracle import check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -589,3 +589,61 @@ def test_set_onto_other_shape_then_made_leaf_refused():
     # it was called with. Refused, not a gradient silently lost.
     with pytest.raises(UnsupportedMutationError, match="another shape"):
         aot.aot_function(_set_onto_other_shape_then_made_leaf, aot.boxed_nop)(torch.randn(5, generator=_gen()))
+
+
+# Seed 22 program 1344: a non-leaf view input written where autograd does not see it (through ``detach()``), then
+# set_() under no_grad (onto itself, or onto part of itself), then changed in place in grad mode. Eager's view
+# takes its history again for the in-place op; the trace's fake view had it read below autograd (in set_()'s
+# call again from ``StorageSetsOntoTensors``), where replaying its view ops recorded none: a leaf, refused.
+def _written_then_set_onto_itself_then_as_strided(a0):
+    a0.detach().index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    with torch.no_grad():
+        a0.set_(a0)
+    a0.as_strided_((2, 1), (2, 2), 13)
+    return ()
+
+
+def _written_then_set_onto_itself_then_unsqueezed(a0):
+    a0.detach().mul_(2)
+    with torch.no_grad():
+        a0.set_(a0)
+    a0.unsqueeze_(0)
+    return (a0 * 1,)
+
+
+def _written_then_set_onto_part_then_as_strided(a0):
+    a0.detach().add_(1)
+    with torch.no_grad():
+        a0.set_(a0[1:])
+    a0.as_strided_((2,), (1,), 9)
+    return (a0.sum(),)
+
+
+def _product_24():
+    return torch.randn(24, generator=_gen()).requires_grad_() * 1
+
+
+WRITTEN_VIEW_SET_THEN_CHANGED = {
+    "as_strided_of_slice": (_written_then_set_onto_itself_then_as_strided, lambda: (_product_24()[7:12],)),
+    "as_strided_of_column": (_written_then_set_onto_itself_then_as_strided, lambda: (_product_24().view(4, 6)[:, 2],)),
+    "unsqueezed_of_row": (_written_then_set_onto_itself_then_unsqueezed, lambda: (_product_24().view(4, 6)[1],)),
+    "unsqueezed_of_strided": (
+        _written_then_set_onto_itself_then_unsqueezed,
+        lambda: (_product_24().as_strided((5,), (2,), 3),),
+    ),
+    "onto_part_of_slice": (_written_then_set_onto_part_then_as_strided, lambda: (_product_24()[7:12],)),
+    "onto_part_of_column": (_written_then_set_onto_part_then_as_strided, lambda: (_product_24().view(4, 6)[:, 2],)),
+}
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("name", sorted(WRITTEN_VIEW_SET_THEN_CHANGED))
+def test_written_view_set_then_changed(name, mode):
+    check_in_mode(*WRITTEN_VIEW_SET_THEN_CHANGED[name], mode)
+
+
+def test_written_view_set_then_changed_called_again_with_a_leaf():
+    # The program's second call: a detached tensor (no view, requiring no grad) through the same compiled function.
+    fn, make_args = WRITTEN_VIEW_SET_THEN_CHANGED["as_strided_of_slice"]
+    compiled = check(fn, make_args)
+    check(fn, lambda: (torch.randn(29, generator=torch.Generator().manual_seed(1))[:5].detach(),), compiled_fn=compiled)

@@ -108,9 +108,14 @@ class NoGradViewEdges(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        # An in-place op returns its argument: no view taken, and its history is not read. A mode below autograd
+        # calls the op again (``set_()``, see ``meta.storage_set``): a fake view written since it was taken would
+        # replay its view ops there, autograd excluded, and keep no history, a leaf for its next in-place op.
+        arguments = {id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         for tensor in pytree.tree_leaves(out):
             if (
                 isinstance(tensor, torch.Tensor)
+                and id(tensor) not in arguments
                 and tensor.requires_grad
                 and tensor._is_view()
                 and is_leaf_safely(tensor)
