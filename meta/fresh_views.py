@@ -220,9 +220,10 @@ class FreshViews(TorchFunctionMode):
         if taken_after is not None and taken_after[0] is tensor and taken_after[1] == tensor._version:
             return tensor
         creation = _creation(tensor)
-        if torch.is_grad_enabled() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
+        if records() and tensor.requires_grad and creation != _CreationMeta.DEFAULT:
             # Eager takes the history of such a view (a Function's output, one made under no_grad) again
-            # here, and refuses to after an in-place change: raise as it does.
+            # here, and refuses to after an in-place change: raise as it does. Not where autograd records
+            # nothing (an enable_grad region in the caller's inference mode): eager reads no history there.
             tensor.grad_fn  # noqa: B018
         if creation == _CreationMeta.IN_CUSTOM_FUNCTION:
             return tensor  # its history is the Function's, never taken again by strides

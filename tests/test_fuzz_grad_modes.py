@@ -552,3 +552,72 @@ WRITTEN_AT_OFFSET_CASES = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(WRITTEN_AT_OFFSET_CASES, {}))
 def test_written_at_offset_then_function(name: str, mode: str) -> None:
     check_in_mode(*WRITTEN_AT_OFFSET_CASES[name], mode)
+
+
+# Seed 23 program 1699: an input's geometry changed in place, a view taken of it and written, the input made to
+# require grad, then the view used under enable_grad, in the caller's inference mode. Eager records nothing there
+# and reads no view's history; collection (run outside inference mode, the function inside) read the history of
+# the view, made in inference mode and written since, and raised eager's refusal of it.
+
+
+def _changed_then_view_written(take, write, use, returned):
+    def f(a0):
+        a0.as_strided_((1,), (2,), 3)
+        v0 = take(a0)
+        write(a0, v0)
+        a0.requires_grad_()
+        with torch.enable_grad():
+            v1 = use(v0)
+        return (v1, v0[..., :1]) if returned else ()
+
+    return f
+
+
+def _as_strided_at_7(a0):
+    return a0.as_strided((2,), (1,), 7)
+
+
+def _masked_fill_view(a0, v0):
+    v0.masked_fill_(torch.arange(v0.numel()).view(v0.shape) % 2 == 0, 2.0)
+
+
+def _mul_base(a0, v0):
+    a0.mul_(2)
+
+
+def _plain_3x4():
+    return (_randn(3, 4),)
+
+
+def _plain_3x4_outside_inference_mode():
+    with torch.inference_mode(False):
+        return (_randn(3, 4),)
+
+
+CHANGED_THEN_VIEW_WRITTEN_CASES = {
+    "as_strided_written_then_unfold": (
+        _changed_then_view_written(_as_strided_at_7, _masked_fill_view, lambda v: v.unfold(0, 2, 1), False),
+        _plain_3x4,
+    ),
+    "as_strided_written_then_unfold_of_plain": (
+        _changed_then_view_written(_as_strided_at_7, _masked_fill_view, lambda v: v.unfold(0, 2, 1), False),
+        _plain_3x4_outside_inference_mode,
+    ),
+    "as_strided_base_written_then_mul_returned": (
+        _changed_then_view_written(_as_strided_at_7, _mul_base, lambda v: v * 2, True),
+        _plain_3x4,
+    ),
+    "slice_written_then_mul_returned": (
+        _changed_then_view_written(lambda a: a.view(-1)[7:9], _masked_fill_view, lambda v: v * 2, True),
+        _plain_3x4_outside_inference_mode,
+    ),
+    "unsqueezed_base_written_then_unfold_returned": (
+        _changed_then_view_written(lambda a: a.unsqueeze(0), _mul_base, lambda v: v.unfold(-1, 1, 1), True),
+        _plain_3x4,
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(CHANGED_THEN_VIEW_WRITTEN_CASES, {}))
+def test_changed_then_view_written(name: str, mode: str) -> None:
+    check_in_mode(*CHANGED_THEN_VIEW_WRITTEN_CASES[name], mode)
