@@ -1185,7 +1185,10 @@ class _RequiresGradInside(TorchFunctionMode):
         else:
             out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
         in_place = name.endswith("_") and not name.startswith("__") and bool(args) and out is args[0]
-        in_place = in_place and torch.is_grad_enabled()  # recorded: eager rebases the view's history
+        # Recorded (grad mode, and some tensor it read requires grad): eager rebases the view's history. One that
+        # autograd did not record (nothing requiring grad yet) leaves the view's record where it was, so a read
+        # after the alias's requires_grad_() takes its history again from the input (seed 23 program 1418).
+        in_place = in_place and torch.is_grad_enabled() and out.requires_grad
         self._record_views(args, kwargs, out, in_place)
         return out
 
