@@ -329,7 +329,7 @@ class MetadataMutation:
 
         inner_args = list(outer.args)
         for arg_idx in chosen:
-            inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+            inner_args[arg_idx] = _made_leaf(outer.args[arg_idx])
 
         def untracked_view(info: OutputAliasInfo[DedupedArg, UserOut]) -> OutputAliasInfo[DedupedArg, UserOut]:
             # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
@@ -1034,6 +1034,18 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
     leaf = torch.empty(0, dtype=arg.dtype, device=arg.device)
     with torch.no_grad():
         return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
+
+
+def _made_leaf(arg: torch.Tensor) -> torch.Tensor:
+    """What the caller's tensor is once made to require grad before the call: a leaf on ``arg``'s memory, and a
+    view of ``arg``'s base where ``arg`` is a view (of a base needing no grad), so the layers below plan for the
+    tensor they get at run time (a synthetic base taken from that base, the leaf's gradient rerouted to it: seed 23
+    program 1160; one taken from the leaf was planned here and lost that gradient there)."""
+    if not arg._is_view():
+        return _leaf_on(arg).requires_grad_()
+    with torch.enable_grad():
+        alias: torch.Tensor = torch.ops.aten.alias.default(arg)
+    return alias.requires_grad_()
 
 
 def _set_in_grad_mode(info: InputAliasInfo) -> bool:
