@@ -329,7 +329,7 @@ class MetadataMutation:
 
         inner_args = list(outer.args)
         for arg_idx in chosen:
-            inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+            inner_args[arg_idx] = _made_leaf(outer.args[arg_idx])
 
         def untracked_view(info: OutputAliasInfo[DedupedArg, UserOut]) -> OutputAliasInfo[DedupedArg, UserOut]:
             # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
@@ -1036,6 +1036,18 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
         return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
 
 
+def _made_leaf(arg: torch.Tensor) -> torch.Tensor:
+    """What the caller's tensor is once made to require grad before the call: a leaf on ``arg``'s memory, and a
+    view of ``arg``'s base where ``arg`` is a view (of a base needing no grad), so the layers below plan for the
+    tensor they get at run time (a synthetic base taken from that base, the leaf's gradient rerouted to it: seed 23
+    program 1160; one taken from the leaf was planned here and lost that gradient there)."""
+    if not arg._is_view():
+        return _leaf_on(arg).requires_grad_()
+    with torch.enable_grad():
+        alias: torch.Tensor = torch.ops.aten.alias.default(arg)
+    return alias.requires_grad_()
+
+
 def _set_in_grad_mode(info: InputAliasInfo) -> bool:
     """``set_()`` onto other memory, in grad mode: below, the input requires grad from the start, and after its
     ``requires_grad_()`` later uses reach it (``_RequiresGradInside``)."""
@@ -1185,7 +1197,10 @@ class _RequiresGradInside(TorchFunctionMode):
         else:
             out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
         in_place = name.endswith("_") and not name.startswith("__") and bool(args) and out is args[0]
-        in_place = in_place and torch.is_grad_enabled()  # recorded: eager rebases the view's history
+        # Recorded (grad mode, and some tensor it read requires grad): eager rebases the view's history. One that
+        # autograd did not record (nothing requiring grad yet) leaves the view's record where it was, so a read
+        # after the alias's requires_grad_() takes its history again from the input (seed 23 program 1418).
+        in_place = in_place and torch.is_grad_enabled() and out.requires_grad
         self._record_views(args, kwargs, out, in_place)
         return out
 

@@ -119,8 +119,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
 
     Taken from the base the members are views of (or the member that is that
     base), so gradients reach every element; from the first member only when
-    they have no common base; from the one member requiring grad when that
-    base requires none (a view the function called ``requires_grad_()`` on).
+    they have no common base. A member that is a leaf of its own (a view of a
+    base needing none, made to require grad) is rerouted (``_own_histories``):
+    a view of it reaching past its elements would have its history taken again
+    from that base once a write moves the shared counter, losing the gradient.
     """
     if len({m.dtype for m in members}) > 1:
         raise UnsupportedMutationError(
@@ -144,9 +146,6 @@ def _source(members: Sequence[torch.Tensor]) -> torch.Tensor:
     grad_roots = {id(root): root for root in (view_root(m) for m in requiring_grad) if root.requires_grad}
     if len(grad_roots) == 1:
         source = next(iter(grad_roots.values()))
-    elif len(requiring_grad) == 1 and not source.requires_grad:
-        # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
-        source = requiring_grad[0]
     return source
 
 
