@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Counters",
+    "as_read",
     "counter_groups",
     "history_refused",
     "inherit_creation",
@@ -37,6 +38,11 @@ __all__ = [
 _NEVER_COUNTED = 2**32 - 1
 # On a view :func:`_relaxed` marked as made in grad mode for the call: the creation it really has.
 _RELAXED_CREATION = "_aot_relaxed_creation"
+# The ids of the views :func:`_relaxed` marks now, any call's: none (the common case) spares :func:`as_read` its
+# look. (A set: adding and discarding are atomic, a count's ``+=`` is not.)
+_RELAXED_NOW: set[int] = set()
+# Views made so have no history of their own (nor one reaching their base): eager's reads of them take none.
+_WITHOUT_HISTORY = (torch._C._autograd.CreationMeta.NO_GRAD_MODE, torch._C._autograd.CreationMeta.INFERENCE_MODE)
 
 
 def version(tensor: torch.Tensor) -> int:
@@ -109,6 +115,11 @@ class Counters:
     def __bool__(self) -> bool:
         return bool(self.positions)
 
+    @property
+    def relaxes(self) -> bool:
+        """Whether :meth:`start` may mark views as made in grad mode (:func:`_relaxed`) for the call."""
+        return bool(self._sharing_early)
+
     def read(self, args: Sequence[torch.Tensor]) -> tuple[int, ...]:
         """The counters before the call."""
         return tuple(version(args[p]) for p in self.positions)
@@ -164,7 +175,8 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
     """Views requiring grad made under no_grad or inference mode (or as one of several outputs), marked as made
     in grad mode, with their creation. Autograd refuses the history of such a view once its counter moved; a
     counter set early moves before the compiled call reads the history, which eager's function read, if at
-    all, before its write (reading it after raises in eager, and in meta collection)."""
+    all, before its write (reading it after raises in eager, and in meta collection); :func:`as_read` gives the
+    call the history eager's read took where autograd would take another."""
     relaxed: list[tuple[torch.Tensor, Any]] = []
     for tensor in tensors:
         if tensor._base is None or not tensor.requires_grad or tensor.is_inference():
@@ -173,8 +185,31 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
         if creation != torch._C._autograd.CreationMeta.DEFAULT and all(t is not tensor for t, _ in relaxed):
             torch._C._autograd._set_creation_meta(tensor, torch._C._autograd.CreationMeta.DEFAULT)
             setattr(tensor, _RELAXED_CREATION, creation)
+            _RELAXED_NOW.add(id(tensor))
             relaxed.append((tensor, creation))
     return relaxed
+
+
+def _unrelaxed(tensor: torch.Tensor, creation: Any) -> None:
+    """A view :func:`_relaxed` marked gets its creation back."""
+    torch._C._autograd._set_creation_meta(tensor, creation)
+    vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+    _RELAXED_NOW.discard(id(tensor))
+
+
+def as_read(tensors: list[Any]) -> list[Any]:
+    """``tensors`` as the compiled call reads their histories: a view :func:`_relaxed` marks that had none (made
+    under no_grad or in inference mode) stands as a view of it made under no_grad now, with none. Eager's function
+    read it, if at all, before its write, and took no history; the view itself, its counter moved early and its
+    creation relaxed, would have autograd take one again from its base, which eager's gradients never reach."""
+    if not _RELAXED_NOW:
+        return tensors
+    read = list(tensors)
+    for position, tensor in enumerate(tensors):
+        if isinstance(tensor, torch.Tensor) and getattr(tensor, _RELAXED_CREATION, None) in _WITHOUT_HISTORY:
+            with torch.no_grad():
+                read[position] = torch.ops.aten.alias.default(tensor)
+    return read
 
 
 def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> None:
@@ -187,8 +222,7 @@ def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> N
         _ = tensor.grad_fn  # taken again while the view counts as made in grad mode
         if stale:
             set_versions([tensor], [counter])
-        torch._C._autograd._set_creation_meta(tensor, creation)
-        vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+        _unrelaxed(tensor, creation)
 
 
 def inherit_creation(view: torch.Tensor, source: torch.Tensor) -> None:
@@ -237,8 +271,7 @@ def refuse_history(tensor: torch.Tensor) -> torch.Tensor:
     for view, creation in _relaxed([tensor]):
         with recorded_stale(view):
             _ = view.grad_fn  # taken while the view counts as made in grad mode
-        torch._C._autograd._set_creation_meta(view, creation)
-        vars(view).pop(_RELAXED_CREATION, None)
+        _unrelaxed(view, creation)
     return tensor
 
 
