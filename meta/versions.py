@@ -41,8 +41,8 @@ _RELAXED_CREATION = "_aot_relaxed_creation"
 # The ids of the views :func:`_relaxed` marks now, any call's: none (the common case) spares :func:`as_read` its
 # look. (A set: adding and discarding are atomic, a count's ``+=`` is not.)
 _RELAXED_NOW: set[int] = set()
-# Views made so have no history of their own (nor one reaching their base): eager's reads of them take none.
-_WITHOUT_HISTORY = (torch._C._autograd.CreationMeta.NO_GRAD_MODE, torch._C._autograd.CreationMeta.INFERENCE_MODE)
+# On a view :func:`_relaxed` marked: its counter then, before the call moved it.
+_RELAXED_AT = "_aot_relaxed_at"
 
 
 def version(tensor: torch.Tensor) -> int:
@@ -185,6 +185,7 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
         if creation != torch._C._autograd.CreationMeta.DEFAULT and all(t is not tensor for t, _ in relaxed):
             torch._C._autograd._set_creation_meta(tensor, torch._C._autograd.CreationMeta.DEFAULT)
             setattr(tensor, _RELAXED_CREATION, creation)
+            setattr(tensor, _RELAXED_AT, tensor._version)
             _RELAXED_NOW.add(id(tensor))
             relaxed.append((tensor, creation))
     return relaxed
@@ -194,28 +195,55 @@ def _unrelaxed(tensor: torch.Tensor, creation: Any) -> None:
     """A view :func:`_relaxed` marked gets its creation back."""
     torch._C._autograd._set_creation_meta(tensor, creation)
     vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+    vars(tensor).pop(_RELAXED_AT, None)
     _RELAXED_NOW.discard(id(tensor))
 
 
 def as_read(tensors: list[Any]) -> list[Any]:
-    """``tensors`` as the compiled call reads their histories: a view :func:`_relaxed` marks that had none (made
-    under no_grad or in inference mode) stands as a view of it made under no_grad now, with none. Eager's function
-    read it, if at all, before its write, and took no history; the view itself, its counter moved early and its
-    creation relaxed, would have autograd take one again from its base, which eager's gradients never reach."""
+    """``tensors`` as the compiled call reads their histories: a view :func:`_relaxed` marks stands as a tensor on
+    its memory and counter whose history is the one the view had at its counter before the call. Eager's function
+    read it, if at all, then, before its write; read at the counter moved early, its creation relaxed, autograd
+    would take one again from its base by strides: a gradient eager's never gives the base of a view made under
+    no_grad (it has none), one skipping an autograd.Function's backward (of a view it returned), or an internal
+    assert (of a view that is not the first of several outputs, as ``unbind``'s)."""
     if not _RELAXED_NOW:
         return tensors
     read = list(tensors)
     for position, tensor in enumerate(tensors):
-        if isinstance(tensor, torch.Tensor) and getattr(tensor, _RELAXED_CREATION, None) in _WITHOUT_HISTORY:
-            with torch.no_grad():
-                read[position] = torch.ops.aten.alias.default(tensor)
+        counter = getattr(tensor, _RELAXED_AT, None) if isinstance(tensor, torch.Tensor) else None
+        if counter is not None:
+            moved = tensor._version
+            set_versions([tensor], [counter])
+            try:
+                with torch.enable_grad():
+                    read[position] = _AsRead.apply(tensor)  # type: ignore[no-untyped-call]
+            finally:
+                set_versions([tensor], [moved])
     return read
+
+
+class _AsRead(torch.autograd.Function):
+    """Its input's memory and counter (``detach()`` shares both), with the history the input has now, kept
+    whatever the counter does later: a tensor that is no view has no history to take again."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
 
 
 def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> None:
     """Give :func:`_relaxed` views their creation back, their history's record taken at their counter now, or,
-    ``stale``, at another value: eager's read (if any) was before its write, so its next read refuses."""
+    ``stale``, at another value: eager's read (if any) was before its write, so its next read refuses. (Autograd
+    cannot take again the record of a view that is not the first of several outputs: nothing took it during the
+    call, it stays at the counter before the call, which ``stale`` has moved past.)"""
     for tensor, creation in relaxed:
+        if tensor.output_nr != 0:
+            _unrelaxed(tensor, creation)
+            continue
         counter = tensor._version
         if stale:
             set_versions([tensor], [counter + 1])
