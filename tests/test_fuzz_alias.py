@@ -231,7 +231,7 @@ def test_view_of_made_leaf_then_set(name, mode):
 # before the function writes (or set_()s) it. Eager reads that history before the write, and it has none (no
 # edge: no gradient reaches its base); the compiled call's counters move before its Function reads it, which
 # autograd refuses for such a view unless told otherwise, and, told otherwise, takes a history again from its
-# base. The Function reads a view of it made without grad instead (``meta.versions.as_read``).
+# base. The Function reads a tensor with the history the view had before the call (``meta.versions.as_read``).
 def _read_then_written_under_no_grad(a0):
     y = a0 * 2
     with torch.no_grad():
@@ -437,6 +437,19 @@ VIEWS_MADE_BY_SEVERAL_OR_A_FUNCTION = {
         "function_returning_its_input",
     )
 }
+
+
+def _unbind_outputs():
+    leaf = torch.randn(4, 6, generator=_gen()).requires_grad_()
+    return leaf.unbind(0)[1:3]
+
+
+VIEWS_MADE_BY_SEVERAL_OR_A_FUNCTION.update(
+    {
+        f"{fn.__name__[1:]}_unbind_outputs": (fn, _unbind_outputs)
+        for fn in (_both_read_then_first_written, _both_read_then_second_written)
+    }
+)
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(VIEWS_MADE_BY_SEVERAL_OR_A_FUNCTION, {}))
