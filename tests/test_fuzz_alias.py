@@ -427,6 +427,7 @@ VIEWS_MADE_BY_SEVERAL_OR_A_FUNCTION = {
         _read_then_written_twice,
         _read_view_then_written,
         _read_then_set_under_no_grad,
+        _read_then_written_and_viewed,
     )
     for kind in (
         "unbind_second",
