@@ -8,7 +8,9 @@ sets its counter itself: read before the call, set to eager's final value
 before the inner call (what the compiled forward saves is checked against the
 version eager's reads saw), back to the value before if the call raises, and
 to eager's final value after the write-back. :class:`Counters` does it, once
-per shared counter, over groups computed when the function is compiled.
+per shared counter, over groups computed when the function is compiled. The
+histories the compiled Function reads are those eager's reads took, at the
+counters before the call (:func:`as_read`).
 """
 
 from __future__ import annotations
