@@ -382,6 +382,25 @@ def _t_then_select(a0):
     return ((a0[0] * torch.arange(2.0)).sum(),)
 
 
+def _t_then_select_returned(a0):
+    # The output is replayed on the caller's leaf, in the geometry it ends in: the leaf itself, not as_strided of it.
+    with torch.no_grad():
+        a0.t_()
+    return (a0[0],)
+
+
+def _unsqueeze_then_slice_returned(a0):
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (a0[0, :, 1:],)
+
+
+def _transpose_then_diagonal_returned(a0):
+    with torch.no_grad():
+        a0.transpose_(0, 1)
+    return (a0.diagonal(), a0.sum())
+
+
 def _expanded_leaf():
     return (torch.randn((), generator=_gen()).expand(2).detach().requires_grad_(),)
 
@@ -418,6 +437,10 @@ PROGRAMS.update(
         "step_slice_of_leaf_then_zero_": (_step_slice_then_zero_, _leaf_2x3),
         "select_of_expanded_leaf_then_t_": (_select_then_t_, _expanded_leaf_2x3),
         "t_of_expanded_leaf_then_select": (_t_then_select, _expanded_leaf_2x3),
+        "t_of_expanded_leaf_then_select_returned": (_t_then_select_returned, _expanded_leaf_2x3),
+        "t_of_leaf_then_select_returned": (_t_then_select_returned, _leaf_2x3),
+        "unsqueeze_of_expanded_leaf_then_slice_returned": (_unsqueeze_then_slice_returned, _expanded_leaf_2x3),
+        "transpose_of_unfolded_leaf_then_diagonal_returned": (_transpose_then_diagonal_returned, _unfolded_leaf_2x3),
     }
 )
 
