@@ -113,10 +113,17 @@ class ViewStep:
                 with torch.set_grad_enabled(grad_enabled and self.op is not torch.ops.aten.detach.default):
                     size, stride, relative_offset = from_geometry
                     source, base = tensor, tensor._base
+                    # A tensor requiring grad that is no view, in that geometry already (a leaf changed under
+                    # no_grad), is the tensor eager viewed, index by index: an ``as_strided`` of it would spread
+                    # the gradient of an element several indices share (an expanded leaf's) evenly over them.
+                    geometries = ((*size, *stride, relative_offset), (*tensor.shape, *tensor.stride(), 0))
+                    unchanged = all(type(n) is int for n in (*geometries[0], *geometries[1]))  # (no symbolic guard)
+                    unchanged = unchanged and geometries[0] == geometries[1]
                     if self.from_base and base is not None and base.dtype == tensor.dtype:
                         same_memory = base.untyped_storage()._cdata == tensor.untyped_storage()._cdata
                         source = base if same_memory else tensor
-                    tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+                    if not (unchanged and base is None and tensor.requires_grad and not self.from_base):
+                        tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:

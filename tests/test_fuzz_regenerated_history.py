@@ -312,6 +312,139 @@ PROGRAMS = {
     "set_then_as_strided_then_written": (_set_then_as_strided_then_written, _two_slices_of_non_leaf),
 }
 
+
+# Seed 23 program 895: a view of a leaf whose elements share memory (``expand().detach().requires_grad_()``), then
+# the leaf written under no_grad. Eager takes the view's history again as ``leaf.as_strided(view's geometry)``,
+# whose backward spreads each memory element's gradient evenly over the leaf's indices reaching it (1.5, 1.5
+# below); the view op's own backward put it at the view's indices only (2, 1). Variants: other view kinds and
+# writes, a view taken after the write (not taken again), a leaf at an offset, one overlapping by ``unfold``, and
+# the same programs on a leaf of its own memory (the two backwards agree).
+def _step_slice_then_zero_(a0):
+    v1 = a0[..., ::2]
+    with torch.no_grad():
+        a0.zero_()
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _select_then_fill_(a0):
+    v1 = a0[1]
+    with torch.no_grad():
+        a0.fill_(2.0)
+    return ((v1 * 3).sum() + a0.sum(),)
+
+
+def _diagonal_then_masked_fill_(a0):
+    v1 = a0.diagonal()
+    with torch.no_grad():
+        a0.masked_fill_(torch.tensor([True, False, True]), 1.0)
+    return ((v1 * torch.arange(2.0)).sum(),)
+
+
+def _transposed_then_index_put_(a0):
+    v1 = a0.t()[1:]
+    with torch.no_grad():
+        a0.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return ((v1 * torch.arange(4.0).view(2, 2)).sum(),)
+
+
+def _view_of_view_then_zero_(a0):
+    v1 = a0[:, 1:][0]
+    with torch.no_grad():
+        a0.zero_()
+    return (v1 * 2,)
+
+
+def _slice_returned_then_zero_(a0):
+    v1 = a0[..., 1:]
+    with torch.no_grad():
+        a0.zero_()
+    return (a0, v1)
+
+
+def _slice_after_zero_(a0):
+    with torch.no_grad():
+        a0.zero_()
+    v1 = a0[..., ::2]
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _select_then_t_(a0):
+    v1 = a0[0]
+    with torch.no_grad():
+        a0.t_()
+    return ((v1 * torch.arange(3.0)).sum() + a0.sum(),)
+
+
+def _t_then_select(a0):
+    # Taken after the change: a view of the leaf itself (the layer's stand-in for it is taken again as none).
+    with torch.no_grad():
+        a0.t_()
+    return ((a0[0] * torch.arange(2.0)).sum(),)
+
+
+def _t_then_select_returned(a0):
+    # The output is replayed on the caller's leaf, in the geometry it ends in: the leaf itself, not as_strided of it.
+    with torch.no_grad():
+        a0.t_()
+    return (a0[0],)
+
+
+def _unsqueeze_then_slice_returned(a0):
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (a0[0, :, 1:],)
+
+
+def _transpose_then_diagonal_returned(a0):
+    with torch.no_grad():
+        a0.transpose_(0, 1)
+    return (a0.diagonal(), a0.sum())
+
+
+def _expanded_leaf():
+    return (torch.randn((), generator=_gen()).expand(2).detach().requires_grad_(),)
+
+
+def _expanded_leaf_2x3():
+    return (torch.randn(3, generator=_gen()).expand(2, 3).detach().requires_grad_(),)
+
+
+def _expanded_leaf_2x3_at_offset():
+    return (torch.randn(8, generator=_gen())[5:8].expand(2, 3).detach().requires_grad_(),)
+
+
+def _unfolded_leaf_2x3():
+    return (torch.randn(6, generator=_gen()).unfold(0, 3, 2)[:, :3].detach().requires_grad_(),)
+
+
+def _leaf_2x3():
+    return (torch.randn(2, 3, generator=_gen()).requires_grad_(),)
+
+
+PROGRAMS.update(
+    {
+        "step_slice_of_expanded_leaf_then_zero_": (_step_slice_then_zero_, _expanded_leaf),
+        "step_slice_of_expanded_leaf_after_zero_": (_slice_after_zero_, _expanded_leaf),
+        "select_of_expanded_leaf_then_fill_": (_select_then_fill_, _expanded_leaf_2x3),
+        "select_of_expanded_leaf_at_offset_then_fill_": (_select_then_fill_, _expanded_leaf_2x3_at_offset),
+        "select_of_unfolded_leaf_then_fill_": (_select_then_fill_, _unfolded_leaf_2x3),
+        "select_of_leaf_then_fill_": (_select_then_fill_, _leaf_2x3),
+        "diagonal_of_expanded_leaf_then_masked_fill_": (_diagonal_then_masked_fill_, _expanded_leaf_2x3),
+        "transposed_expanded_leaf_then_index_put_": (_transposed_then_index_put_, _expanded_leaf_2x3),
+        "view_of_view_of_expanded_leaf_then_zero_": (_view_of_view_then_zero_, _expanded_leaf_2x3),
+        "view_of_view_of_unfolded_leaf_then_zero_": (_view_of_view_then_zero_, _unfolded_leaf_2x3),
+        "slice_of_expanded_leaf_returned_then_zero_": (_slice_returned_then_zero_, _expanded_leaf_2x3),
+        "step_slice_of_leaf_then_zero_": (_step_slice_then_zero_, _leaf_2x3),
+        "select_of_expanded_leaf_then_t_": (_select_then_t_, _expanded_leaf_2x3),
+        "t_of_expanded_leaf_then_select": (_t_then_select, _expanded_leaf_2x3),
+        "t_of_expanded_leaf_then_select_returned": (_t_then_select_returned, _expanded_leaf_2x3),
+        "t_of_leaf_then_select_returned": (_t_then_select_returned, _leaf_2x3),
+        "unsqueeze_of_expanded_leaf_then_slice_returned": (_unsqueeze_then_slice_returned, _expanded_leaf_2x3),
+        "transpose_of_unfolded_leaf_then_diagonal_returned": (_transpose_then_diagonal_returned, _unfolded_leaf_2x3),
+    }
+)
+
+
 # The stand-in that is no view is given only where nothing else reads the input's history: not where another input
 # is a view of it (``_view_of_alias`` retakes that from an alias of a view), nor where a view of it returned was
 # taken before its last change (replayed on the caller's tensor in its final geometry). Those keep the view

@@ -299,23 +299,66 @@ GRAD_PROGRAMS.update(
     }
 )
 
-_GROWN_LEAF_VIEW = (
-    "the view of the grown leaf comes back with the leaf's gradient zero (or partial, a diagonal's first element "
-    "only) where eager's slice backward reaches the leaf in its new geometry; a leaf written under no_grad in "
-    "place without growth keeps the right gradient, so the loss is in out='s storage growth (resize_output) of a "
-    "leaf requiring grad in the metadata-mutation / runtime-epilogue regeneration of its output view"
-)
-KNOWN_WRONG = {
-    (name, "training"): _GROWN_LEAF_VIEW
-    for name in (
-        "no_grad_out_grows_leaf_then_slice",
-        "no_grad_out_grows_empty_leaf_then_slice",
-        "no_grad_out_grows_leaf_then_t",
-        "no_grad_out_grows_leaf_then_diagonal",
-        "no_grad_clamp_out_grows_leaf_then_unsqueeze",
-    )
-}
 
+def _no_grad_clamp_out_then_step_slice(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1[..., ::2],)
+
+
+def _no_grad_clamp_out_then_select(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1[1],)
+
+
+def _no_grad_clamp_out_then_narrow_and_sum(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    v1 = a1.narrow(-1, 1, 2)
+    return (sum(t.real.sum() for t in (a1, v1)),)
+
+
+def _no_grad_clamp_out_then_view_of_view(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1.view(12)[3:11:3],)
+
+
+def _clamp_out_args(*shape: int):
+    # (the written leaf takes the input's 3x4 shape, on a storage grown or not)
+    return lambda: (randn(15)[2:14].view(3, 4), randn(*shape, seed=1).requires_grad_())
+
+
+def _clamp_out_expanded_leaf():
+    return randn(15)[2:14].view(3, 4), randn((), seed=1).expand(2, 3).detach().requires_grad_()
+
+
+# Seed 22 program 3886, shrunk, and its variants: a leaf requiring grad written out= under no_grad with another
+# geometry, then viewed. The function gets an old-geometry view of the caller's leaf (restrided first), whose
+# change under no_grad leaves its record stale: views taken after are taken again from the leaf by strides.
+GRAD_PROGRAMS.update(
+    {
+        "no_grad_clamp_out_grows_leaf_then_step_slice": (_no_grad_clamp_out_then_step_slice, _clamp_out_args(4, 1)),
+        "no_grad_clamp_out_grows_leaf_then_select": (_no_grad_clamp_out_then_select, _clamp_out_args(4, 1)),
+        "no_grad_clamp_out_grows_leaf_then_narrow": (_no_grad_clamp_out_then_narrow_and_sum, _clamp_out_args(2)),
+        "no_grad_clamp_out_grows_leaf_then_view_of_view": (
+            _no_grad_clamp_out_then_view_of_view,
+            _clamp_out_args(3, 1),
+        ),
+        "no_grad_clamp_out_shrinks_leaf_then_step_slice": (
+            _no_grad_clamp_out_then_step_slice,
+            _clamp_out_args(4, 5),
+        ),
+        "no_grad_clamp_out_restrides_leaf_then_select": (_no_grad_clamp_out_then_select, _clamp_out_args(12)),
+        "no_grad_clamp_out_grows_expanded_leaf_then_step_slice": (
+            _no_grad_clamp_out_then_step_slice,
+            _clamp_out_expanded_leaf,
+        ),
+    }
+)
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 KNOWN_WRONG[("doubled_then_no_grad_out_grows_it", "training")] = (
     "undiagnosed (seed 26 program 136): out= under no_grad growing a view of a non-leaf that an autograd.Function "
     "marked dirty: eager's backward runs, the compiled one raises setStorage out of bounds (a regenerated view "

@@ -273,7 +273,10 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             )
             + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
-            split.inner_output_info([_from_final(info, started) for info in meta.output_info], RestridedArg)
+            split.inner_output_info(
+                [_from_stale_view(_from_final(info, started), restrided_first) for info in meta.output_info],
+                RestridedArg,
+            )
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
         )
@@ -975,6 +978,28 @@ def _from_final(
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
     return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
+
+
+def _from_stale_view(
+    info: OutputAliasInfo[DedupedArg, UserOut], restrided_first: tuple[DedupedArg, ...]
+) -> OutputAliasInfo[DedupedArg, UserOut]:
+    """A view taken, after its geometry changed, of an input restrided first (``_restrided_first``), taken from
+    the caller's tensor: below, the input is an old-geometry view of that tensor, changed under no_grad, and so
+    the view's history is taken again from its base by strides (eager's view of the leaf in its new geometry
+    reaches all of it, one taken from the old-geometry view only the elements that spans)."""
+
+    def from_base(chain: tuple[ViewStep, ...]) -> tuple[ViewStep, ...]:
+        if not chain or chain[0].from_geometry is None:
+            return chain
+        return (dataclasses.replace(chain[0], from_base=True), *chain[1:])
+
+    alias = info.computed_alias
+    if alias is not None and alias.base_input in restrided_first:
+        alias = dataclasses.replace(alias, view_chain=from_base(alias.view_chain))
+        info = dataclasses.replace(info, computed_alias=alias)
+    if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in restrided_first:
+        return info
+    return dataclasses.replace(info, view_chain=from_base(info.view_chain))
 
 
 def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
