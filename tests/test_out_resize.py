@@ -264,6 +264,31 @@ def _mul_out_grows_own_view_then_requires_grad(a0):
     return (v1,)
 
 
+def _no_grad_out_then_shared_views(a0, a1):
+    with torch.no_grad():
+        torch.mul(a1, a1, out=a0)
+    w = a0[1:]
+    return (w, w[:, 1], a0.sum())
+
+
+def _no_grad_out_then_flat_view_and_use(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0.view(-1)[2:7], a0 * 2)
+
+
+def _no_grad_out_then_offset_views(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0[1:, 2:], a0.t()[1])
+
+
+def _leaf_on_larger_storage():
+    """A 2x2 leaf on a 12-element storage: out= of 3x4 restrides it within the storage, growing nothing."""
+    leaf = torch.empty(0).set_(randn(12).untyped_storage(), 0, (2, 2), (2, 1))
+    return leaf.requires_grad_(), randn(3, 4, seed=1)
+
+
 def _leaf_of(*shape):
     return lambda: (randn(*shape).requires_grad_(), randn(3, 4, seed=1))
 
@@ -293,28 +318,19 @@ GRAD_PROGRAMS.update(
             _no_grad_sin_out_grows_nonleaf,
             lambda: (randn(3, 4).requires_grad_() * 1, randn(2, 3, 4, seed=1).requires_grad_() * 1),
         ),
+        # views of the leaf in its new geometry spanning elements its old one does not: shared view objects, a
+        # flattened view beside another use, views at an offset, a leaf restrided within a larger storage
+        "no_grad_out_grows_leaf_then_shared_views": (_no_grad_out_then_shared_views, _leaf_of(2, 2)),
+        "no_grad_out_grows_leaf_then_flat_view_and_use": (_no_grad_out_then_flat_view_and_use, _leaf_of(5)),
+        "no_grad_out_grows_leaf_then_offset_views": (_no_grad_out_then_offset_views, _leaf_of(2)),
+        "no_grad_out_restrides_leaf_on_larger_storage": (_no_grad_mul_out_then_slice, _leaf_on_larger_storage),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
         "no_grad_out_restrides_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(12)),
     }
 )
 
-_GROWN_LEAF_VIEW = (
-    "the view of the grown leaf comes back with the leaf's gradient zero (or partial, a diagonal's first element "
-    "only) where eager's slice backward reaches the leaf in its new geometry; a leaf written under no_grad in "
-    "place without growth keeps the right gradient, so the loss is in out='s storage growth (resize_output) of a "
-    "leaf requiring grad in the metadata-mutation / runtime-epilogue regeneration of its output view"
-)
-KNOWN_WRONG = {
-    (name, "training"): _GROWN_LEAF_VIEW
-    for name in (
-        "no_grad_out_grows_leaf_then_slice",
-        "no_grad_out_grows_empty_leaf_then_slice",
-        "no_grad_out_grows_leaf_then_t",
-        "no_grad_out_grows_leaf_then_diagonal",
-        "no_grad_clamp_out_grows_leaf_then_unsqueeze",
-    )
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 KNOWN_WRONG[("doubled_then_no_grad_out_grows_it", "training")] = (
     "undiagnosed (seed 26 program 136): out= under no_grad growing a view of a non-leaf that an autograd.Function "

@@ -147,6 +147,14 @@ class MetadataMutation:
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        self._restrided = restrided
+        restrided_first = tuple(
+            i
+            for i in mutated
+            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+        )
+        self._restrided_first = restrided_first
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -156,6 +164,7 @@ class MetadataMutation:
                     info.output_type == OutputType.ALIAS_OF_INPUT
                     and info.base_input in self._views_of_changed | written_changed
                 )
+                or _taken_after_restride(info, restrided_first)
             ),
             RestridedOut,
         )
@@ -169,14 +178,6 @@ class MetadataMutation:
             i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
         )
         self._kept_history = kept_history
-        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
-        self._restrided = restrided
-        restrided_first = tuple(
-            i
-            for i in mutated
-            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
-        )
-        self._restrided_first = restrided_first
         inner_args = list(outer.args)
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -496,6 +497,7 @@ class MetadataMutation:
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
                     and out_info.base_input in views_of_changed | written_changed
                 )
+                or _taken_after_restride(out_info, restrided_first)
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
@@ -506,6 +508,8 @@ class MetadataMutation:
                 chain = out_info.view_chain
                 if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
+                    chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -906,6 +910,28 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: 
         zip(arg.stride(), arg.shape, strict=True)
     )
     return info.storage_set_to is None and (info.mutates_data or same_elements)
+
+
+def _taken_after_restride(info: OutputAliasInfo[DedupedArg, UserOut], restrided_first: tuple[DedupedArg, ...]) -> bool:
+    """A view of a ``_restrided_first`` input taken after its geometry changed: taken here from the caller's
+    tensor, which has that geometry, as eager's view of the leaf is. Below, the function's input is a view of the
+    leaf in its old geometry, which may span fewer elements (``out=`` growing it): a view taken again from that
+    one would be an ``as_strided`` of it, whose gradient reaches only the old geometry's elements."""
+    return (
+        info.output_type == OutputType.ALIAS_OF_INPUT
+        and info.base_input in restrided_first
+        and info.view_chain[0].from_geometry is not None
+    )
+
+
+def _chain_from_restrided(chain: tuple[ViewStep, ...], final: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+    """``chain`` (its first step taken in a geometry relative to the input's original one), replayed from the
+    input in its ``final`` geometry (this call's values): no geometry where the view was taken in that one."""
+    final_size, final_stride, final_offset = final
+    size, stride, relative = resolve_sizes(chain[0].from_geometry)
+    geometry = (size, stride, relative - final_offset)
+    from_final = None if geometry == (final_size, final_stride, 0) else geometry
+    return (dataclasses.replace(chain[0], from_geometry=from_final), *chain[1:])
 
 
 def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
