@@ -257,6 +257,54 @@ def _no_grad_sin_out_grows_nonleaf(a0, a1):
     return (sum(t.real.sum() for t in (a0, a1, v3)),)
 
 
+def _no_grad_neg_out_then_weighted_sum(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return ((a0 * a1).sum(),)
+
+
+def _no_grad_transpose_and_write_then_weighted_sum(a0, a1):
+    with torch.no_grad():
+        a0.t_()
+        a0.mul_(2)
+    return ((a0 * a1).sum(),)
+
+
+def _use_then_no_grad_out_then_weighted_sum(a0, a1):
+    before = (a0 * a1[0]).sum()
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (before + (a0 * a1).sum(),)
+
+
+def _no_grad_out_then_views_returned(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0[1:] * 1, a0[0])
+
+
+def _no_grad_out_then_with_its_view_input(a0, v, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return ((a0 * a1).sum() + v.sum(),)
+
+
+def _no_grad_out_then_written_in_grad_mode(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    a0.mul_(a1)
+    return (a0.sum(),)
+
+
+def _nonleaf_and_view_of_it():
+    a = randn(1, 4).requires_grad_() * 1
+    return a, a[0, 1:], randn(3, 4, seed=1)
+
+
+def _nonleaf_1x4():
+    return randn(1, 4).requires_grad_() * 1, randn(3, 4, seed=1)
+
+
 def _mul_out_grows_own_view_then_requires_grad(a0):
     v1 = a0[..., ::2]
     torch.mul(a0, a0, out=v1)
@@ -324,6 +372,22 @@ GRAD_PROGRAMS.update(
         "no_grad_out_grows_leaf_then_flat_view_and_use": (_no_grad_out_then_flat_view_and_use, _leaf_of(5)),
         "no_grad_out_grows_leaf_then_offset_views": (_no_grad_out_then_offset_views, _leaf_of(2)),
         "no_grad_out_restrides_leaf_on_larger_storage": (_no_grad_mul_out_then_slice, _leaf_on_larger_storage),
+        # a non-leaf (no view) keeps its history through the change: the gradient of its new geometry reaches it
+        # index by index, summed to its old shape by the engine (not by the memory positions it then has)
+        "no_grad_out_grows_nonleaf_weighted": (_no_grad_neg_out_then_weighted_sum, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_used_before": (_use_then_no_grad_out_then_weighted_sum, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_views_returned": (_no_grad_out_then_views_returned, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_beside_its_view": (_no_grad_out_then_with_its_view_input, _nonleaf_and_view_of_it),
+        # a write autograd records after the change extends the history (a control: right before too)
+        "no_grad_out_grows_nonleaf_then_written": (_no_grad_out_then_written_in_grad_mode, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_by_a_dim_weighted": (
+            _no_grad_neg_out_then_weighted_sum,
+            lambda: (randn(3, 4).requires_grad_() * 1, randn(2, 3, 4, seed=1)),
+        ),
+        "no_grad_transpose_and_write_nonleaf_weighted": (
+            _no_grad_transpose_and_write_then_weighted_sum,
+            lambda: (randn(3, 3).requires_grad_() * 1, randn(3, 3, seed=1)),
+        ),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
         "no_grad_out_restrides_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(12)),
@@ -336,11 +400,6 @@ KNOWN_WRONG[("doubled_then_no_grad_out_grows_it", "training")] = (
     "undiagnosed (seed 26 program 136): out= under no_grad growing a view of a non-leaf that an autograd.Function "
     "marked dirty: eager's backward runs, the compiled one raises setStorage out of bounds (a regenerated view "
     "in the grown geometry on the old, smaller storage)"
-)
-KNOWN_WRONG[("no_grad_sin_out_grows_nonleaf", "training")] = (
-    "out= under no_grad growing a non-leaf (3x4 to 2x3x4): its history keeps the old shape, and eager's engine "
-    "sums the grown gradient down to it (validate_outputs' sum_to: the leaf's gradient 2 per element); the "
-    "compiled gradient is 1 (one copy only)"
 )
 # Seed 26 program 185, shrunk: under inference_mode.
 INFERENCE_PROGRAMS = {

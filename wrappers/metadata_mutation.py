@@ -49,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.errors import UnsupportedMutationError
-from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
+from meta.fresh_views import KEEPS_OWN_HISTORY, STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
 from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
@@ -213,6 +213,12 @@ class MetadataMutation:
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
 
+        # Of the inputs that are no views, the non-leaves requiring grad: eager's tensor keeps its history through a
+        # geometry change autograd does not record (``KEEPS_OWN_HISTORY``).
+        keep_history = frozenset(
+            i for i in no_views if meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf
+        )
+
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
             args, bases = all_args[:num_inputs], all_args[num_inputs : num_inputs + len(moved)]
             working = list(args)
@@ -220,7 +226,7 @@ class MetadataMutation:
                 working[arg_idx] = (
                     _history_alias(args[arg_idx])
                     if arg_idx in set_with_history
-                    else _alias_as_made(args[arg_idx], arg_idx in no_views)
+                    else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
             for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
@@ -589,14 +595,15 @@ def _made_for(info: InputAliasInfo, arg_idx: DedupedArg) -> DedupedArg:
     return DedupedArg(index) if kind == "moved_with" else arg_idx
 
 
-def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
+def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool, keeps_history: bool = False) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
     geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
     needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
     makes eager's, from which autograd takes views (of another dtype too) again, not from the input below.
     ``stands_for_no_view``: the caller's tensor is no view (eager takes views of it again from it, not from a
-    base); the trace's ``arg`` may be none where the caller's is one."""
+    base); the trace's ``arg`` may be none where the caller's is one. ``keeps_history``: it is a non-leaf too,
+    whose history eager keeps through a geometry change under no_grad (``meta.fresh_views.KEEPS_OWN_HISTORY``)."""
     if arg._base is None and not arg.requires_grad:
         return arg.detach()
     with torch.enable_grad():
@@ -604,6 +611,7 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     _mark_as_made(alias, arg)
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
+        setattr(alias, KEEPS_OWN_HISTORY, keeps_history)
     return alias
 
 
