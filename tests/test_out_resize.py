@@ -14,6 +14,7 @@ Eager is the oracle, in training and under ``no_grad``.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -305,6 +306,37 @@ def _nonleaf_1x4():
     return randn(1, 4).requires_grad_() * 1, randn(3, 4, seed=1)
 
 
+def _written_then_no_grad_out_grows_it(a0, a1):
+    a1.mul_(2)
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    return (a1, a1.sum())
+
+
+def _doubled_then_no_grad_out_grows_it_returned(a0, a1):
+    v1 = DoublesInPlace.apply(a1)
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    return (v1 * 1,)
+
+
+def _no_grad_out_grows_it_then_written(a0, a1):
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    a1.mul_(2)
+    return (a1,)
+
+
+def _view_of_nonleaf(start, *shape):
+    """out= of 3x4 grows the view, at ``start`` of an 11-element non-leaf, past the non-leaf's elements."""
+
+    def make():
+        base = randn(11, seed=1).requires_grad_() * 1
+        return randn(3, 4), base[start : start + math.prod(shape)].view(*shape)
+
+    return make
+
+
 def _mul_out_grows_own_view_then_requires_grad(a0):
     v1 = a0[..., ::2]
     torch.mul(a0, a0, out=v1)
@@ -388,6 +420,16 @@ GRAD_PROGRAMS.update(
             _no_grad_transpose_and_write_then_weighted_sum,
             lambda: (randn(3, 3).requires_grad_() * 1, randn(3, 3, seed=1)),
         ),
+        # a write autograd records into a view of a non-leaf, then out= under no_grad growing the view past its
+        # base's elements: the grown part is no part of the base's history (a recorded write-back there would be
+        # refused by the backward); written after the growth, eager's backward refuses it, and so must ours
+        "written_then_no_grad_out_grows_it": (_written_then_no_grad_out_grows_it, _view_of_nonleaf(6, 2, 2)),
+        "written_then_no_grad_out_grows_flat_view": (_written_then_no_grad_out_grows_it, _view_of_nonleaf(3, 4)),
+        "doubled_then_no_grad_out_grows_it_returned": (
+            _doubled_then_no_grad_out_grows_it_returned,
+            _view_of_nonleaf(6, 2, 2),
+        ),
+        "no_grad_out_grows_it_then_written": (_no_grad_out_grows_it_then_written, _view_of_nonleaf(6, 2, 2)),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
         "no_grad_out_restrides_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(12)),
@@ -396,11 +438,6 @@ GRAD_PROGRAMS.update(
 
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
-KNOWN_WRONG[("doubled_then_no_grad_out_grows_it", "training")] = (
-    "undiagnosed (seed 26 program 136): out= under no_grad growing a view of a non-leaf that an autograd.Function "
-    "marked dirty: eager's backward runs, the compiled one raises setStorage out of bounds (a regenerated view "
-    "in the grown geometry on the old, smaller storage)"
-)
 # Seed 26 program 185, shrunk: under inference_mode.
 INFERENCE_PROGRAMS = {
     "mul_out_grows_own_view_then_requires_grad": (
