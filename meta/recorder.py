@@ -560,7 +560,9 @@ def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = F
     needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
     requires it too, with a history or, taken under no_grad, none). Under the caller's inference mode a view
     requires none whatever its base (``called``: the function's ``requires_grad_()`` on it, seen)."""
-    if step.in_place or not view.requires_grad:
+    # (An in-place step too: the call may have come after the change, which the replay may make on a tensor of its
+    # own, no leaf the step before made require grad: under the caller's inference mode, say.)
+    if not view.requires_grad:
         return step
     if called:
         return dataclasses.replace(step, requires_grad_set=True)

@@ -438,20 +438,65 @@ GRAD_PROGRAMS.update(
 
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
-# Seed 26 program 185, shrunk: under inference_mode.
+
+def _own_view_requires_grad_then_mul_out_grows_it(a0):
+    v1 = a0[..., ::2]
+    v1.requires_grad_()
+    with torch.no_grad():
+        torch.mul(a0, a0, out=v1)
+    return (v1,)
+
+
+def _transposed_own_view_then_requires_grad(a0):
+    v1 = a0[..., ::2]
+    v1.t_()
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _unsqueezed_own_view_then_requires_grad(a0):
+    v1 = a0[1]
+    v1.unsqueeze_(0)
+    v1.requires_grad_()
+    return (v1, v1 * 2)
+
+
+def _resized_own_view_then_requires_grad(a0):
+    v1 = a0[0]
+    v1.resize_(2, 2)
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _slice_of(grad: bool):
+    return lambda: ((randn(24).requires_grad_(grad) * 1)[12:24].view(3, 4),)
+
+
+# A view of an input (needing no grad) whose geometry changes in place, made to require grad by requires_grad_()
+# after the change (or before it): eager's output requires grad, so must the view taken again from the input.
+PROGRAMS.update(
+    {
+        "mul_out_grows_own_view_then_requires_grad": (_mul_out_grows_own_view_then_requires_grad, _slice_of(False)),
+        "own_view_requires_grad_then_mul_out_grows_it": (
+            _own_view_requires_grad_then_mul_out_grows_it,
+            _slice_of(False),
+        ),
+    }
+)
+# Seed 26 program 185, shrunk, and its variants: under inference_mode (the input made there is no view).
 INFERENCE_PROGRAMS = {
-    "mul_out_grows_own_view_then_requires_grad": (
+    "mul_out_grows_own_view_then_requires_grad": (_mul_out_grows_own_view_then_requires_grad, _slice_of(True)),
+    "mul_out_grows_own_view_then_requires_grad_no_grad_base": (
         _mul_out_grows_own_view_then_requires_grad,
-        lambda: ((randn(24).requires_grad_() * 1)[12:24].view(3, 4),),
+        _slice_of(False),
     ),
+    "own_view_requires_grad_then_mul_out_grows_it": (_own_view_requires_grad_then_mul_out_grows_it, _slice_of(True)),
+    "transposed_own_view_then_requires_grad": (_transposed_own_view_then_requires_grad, _slice_of(True)),
+    "unsqueezed_own_view_then_requires_grad": (_unsqueezed_own_view_then_requires_grad, _slice_of(True)),
+    "resized_own_view_then_requires_grad": (_resized_own_view_then_requires_grad, _slice_of(True)),
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="undiagnosed (seed 26 program 185): under inference_mode, out= growing a view of the input (3x2 to "
-    "3x4) then requires_grad_() on it: eager's output requires grad, the compiled one does not",
-)
 @pytest.mark.parametrize("name", sorted(INFERENCE_PROGRAMS))
 def test_inference_mode(name):
     fn, make = INFERENCE_PROGRAMS[name]
