@@ -273,6 +273,7 @@ def collect_meta(
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
+            id(fake) in recorder.accumulated_as_called,
             i in reshaped,
             version,
         )
@@ -736,6 +737,7 @@ def _input_info(
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
+    accumulator_as_called: bool,
     moves_to_new_shape: bool,
     initial_version: int,
 ) -> InputAliasInfo:
@@ -816,6 +818,7 @@ def _input_info(
         set_recorded=set_recorded,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
+        accumulator_as_called=moves_history and accumulator_as_called and real.is_leaf,
         moves_to_new_shape=moves_to_new_shape,
         writes_recorded_past_base=any(
             w.grad_enabled and not w.hidden_from_autograd and _past_its_base(w) for w in data_writes

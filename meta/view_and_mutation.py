@@ -258,6 +258,10 @@ class InputAliasInfo:
     # the one it had: the function's uses before the change read memory below the input's elements, which
     # ``storage_reach`` (how far up) does not tell.
     reaches_below: bool = False
+    # With ``moves_history``, of a leaf: eager made its gradient accumulator (a use autograd recorded) before any
+    # change of its geometry, for the geometry it was called with, which the accumulator keeps: gradients reaching
+    # the leaf are summed to that shape, or refused (see ``wrappers.metadata_mutation``).
+    accumulator_as_called: bool = False
     # A write autograd records went through a view reaching past the elements of its base (a storage grown by
     # ``out=``/``resize_``): eager's backward refuses that write's history (its ``CopySlices`` reads the view out of
     # the base's gradient), so the write-back records all of it too (see ``wrappers.write_back``).

@@ -327,6 +327,29 @@ def _no_grad_out_grows_it_then_written(a0, a1):
     return (a1,)
 
 
+def _viewed_then_no_grad_out_grows_it(a0, a1):
+    v = a0[:1]
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (v, a0[1:])
+
+
+def _used_then_no_grad_out_grows_it(a0, a1):
+    before = (a0 * 2).sum()
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (before + (a0 * a1).sum(),)
+
+
+def _no_grad_out_grows_twice_viewed_between(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1[:2], out=a0)
+    between = a0[1:]
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (between, a0[1:])
+
+
 def _view_of_nonleaf(start, *shape):
     """out= of 3x4 grows the view, at ``start`` of an 11-element non-leaf, past the non-leaf's elements."""
 
@@ -430,13 +453,26 @@ GRAD_PROGRAMS.update(
             _view_of_nonleaf(6, 2, 2),
         ),
         "no_grad_out_grows_it_then_written": (_no_grad_out_grows_it_then_written, _view_of_nonleaf(6, 2, 2)),
+        # a leaf viewed in grad mode before out= grows it: eager made its gradient accumulator then, for the shape it
+        # had, which gradients of the grown leaf are summed to (1x4), or refused by (2x2)
+        "viewed_then_no_grad_out_grows_leaf": (_viewed_then_no_grad_out_grows_it, _leaf_of(1, 4)),
+        "viewed_then_no_grad_out_grows_leaf_2x2": (_viewed_then_no_grad_out_grows_it, _leaf_of(2, 2)),
+        "used_then_no_grad_out_grows_leaf": (_used_then_no_grad_out_grows_it, _leaf_of(1, 4)),
+        "no_grad_out_grows_leaf_twice_viewed_between": (_no_grad_out_grows_twice_viewed_between, _leaf_of(1, 4)),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
         "no_grad_out_restrides_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(12)),
     }
 )
 
-KNOWN_WRONG: dict[tuple[str, str], str] = {}
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("no_grad_out_grows_leaf_twice_viewed_between", "training"): (
+        "a leaf grown twice by out= under no_grad, viewed in grad mode between: eager's gradient accumulator keeps "
+        "the 2x4 shape it had then, and its backward refuses the 3x4 gradient; the compiled leaf's accumulator is "
+        "made in another geometry (the one it was called with, InputAliasInfo.accumulator_as_called only covers "
+        "an accumulator made before any change), so its backward runs"
+    ),
+}
 
 
 def _own_view_requires_grad_then_mul_out_grows_it(a0):

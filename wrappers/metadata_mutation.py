@@ -71,8 +71,9 @@ from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
 
-# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before.
-_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...]]
+# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before,
+# and views keeping leaves' gradient accumulators alive.
+_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...], list[torch.Tensor]]
 
 
 class MetadataMutation:
@@ -372,6 +373,7 @@ class MetadataMutation:
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
+        accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
             """Before the inner call: its arguments (restrided inputs, moved ones' bases), and what ``leave`` reads."""
@@ -379,6 +381,11 @@ class MetadataMutation:
             # Under dynamic shapes, this call's values of the final geometries: read before any input changes.
             geometries = [resolve_sizes(info.final_metadata) for _, info in final]
             before = counters.read(args)
+            # Eager made these leaves' gradient accumulators before their geometry changed, for the geometry they
+            # have now, which an accumulator keeps (gradients reaching the leaf are summed to that shape, or
+            # refused): made here too, kept alive until the outputs reaching them are made.
+            with torch.enable_grad():
+                anchors = [args[i].view_as(args[i]) for i in accumulators_as_called if args[i].requires_grad]
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             inner_args += [_old_self(args[arg_idx]) for arg_idx in reshaped]
             for arg_idx in reshaped:
@@ -389,11 +396,11 @@ class MetadataMutation:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
             counters.restore(args, before)
-            return inner_args, (targets, geometries, before)
+            return inner_args, (targets, geometries, before, anchors)
 
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
-            targets, geometries, before = entered
+            targets, geometries, before, _ = entered
             num_kept, num_fresh = len(split.kept), len(fresh)
             wholes = inner_outs[num_kept : num_kept + num_fresh]
             new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
@@ -788,7 +795,8 @@ def _base_of(arg: torch.Tensor) -> torch.Tensor:
 
 
 class _MovedHistories(TorchFunctionMode):
-    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), every op gets, in the
+    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), or a leaf's geometry changes
+    there after a use in grad mode (an in-place view op, an ``out=`` resizing it), every op gets, in the
     input's place, a stand-in: its base ``as_strided`` in the input's current geometry, ``set_()`` onto the
     input under no_grad. The same memory, with the history eager takes again for the moved view, so later
     uses differentiate the base where eager's do; in-place geometry changes still apply to the input."""
@@ -829,6 +837,21 @@ class _MovedHistories(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        # An op resizing a leaf passed as its ``out=`` under no_grad moves it as a geometry change does.
+        resized = [] if torch.is_grad_enabled() else self._leaves_in(kwargs.get("out"))
+        before = [(t.shape, t.stride(), t.storage_offset()) for t in resized]
+        out = self._call(func, args, kwargs)
+        for leaf, geometry in zip(resized, before, strict=True):
+            if (leaf.shape, leaf.stride(), leaf.storage_offset()) != geometry:
+                self._moved[id(leaf)] = self._bases[id(leaf)]
+        return out
+
+    def _leaves_in(self, outs: Any) -> list[torch.Tensor]:
+        """The leaf inputs among ``outs`` (an op's ``out=``)."""
+        tensors = [t for t in tree_flatten(outs)[0] if isinstance(t, torch.Tensor)]
+        return [t for t in tensors if (found := self._bases.get(id(t))) is not None and found[0] is t and found[2]]
+
+    def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         name = getattr(func, "__name__", "")
         if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
             name = func.overloadpacket.__name__
