@@ -21,6 +21,7 @@ from typing import Any, Never
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.utils._pytree import tree_flatten
 
 from meta import symbolic
@@ -48,6 +49,7 @@ from meta.storage import (
     has_version_counter,
     intersect,
     offset_of,
+    storage_extent,
     storage_key,
     touch_interval,
     view_root,
@@ -271,6 +273,7 @@ def collect_meta(
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
+            id(fake) in recorder.accumulated_as_called,
             i in reshaped,
             version,
         )
@@ -734,6 +737,7 @@ def _input_info(
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
+    accumulator_as_called: bool,
     moves_to_new_shape: bool,
     initial_version: int,
 ) -> InputAliasInfo:
@@ -814,8 +818,21 @@ def _input_info(
         set_recorded=set_recorded,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
+        accumulator_as_called=moves_history and accumulator_as_called and real.is_leaf,
         moves_to_new_shape=moves_to_new_shape,
+        writes_recorded_past_base=any(
+            w.grad_enabled and not w.hidden_from_autograd and _past_its_base(w) for w in data_writes
+        ),
     )
+
+
+def _past_its_base(write: Write) -> bool:
+    """Whether ``write`` went through a view (not empty) reaching past the elements of its base, into memory a
+    storage grown by ``out=``/``resize_`` holds beyond them (maybe, where symbolic)."""
+    base = write.tensor._base
+    if base is None or guard_or_false(write.tensor.numel() == 0):
+        return False
+    return guard_or_false(write.extent[1] > storage_extent(base)[1] * base.element_size())
 
 
 def _from_moved_geometry(

@@ -49,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.errors import UnsupportedMutationError
-from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
+from meta.fresh_views import KEEPS_OWN_HISTORY, STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
 from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
@@ -71,8 +71,9 @@ from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
 
-# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before.
-_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...]]
+# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before,
+# and views keeping leaves' gradient accumulators alive.
+_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...], list[torch.Tensor]]
 
 
 class MetadataMutation:
@@ -147,6 +148,14 @@ class MetadataMutation:
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        self._restrided = restrided
+        restrided_first = tuple(
+            i
+            for i in mutated
+            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+        )
+        self._restrided_first = restrided_first
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -156,6 +165,7 @@ class MetadataMutation:
                     info.output_type == OutputType.ALIAS_OF_INPUT
                     and info.base_input in self._views_of_changed | written_changed
                 )
+                or _taken_after_restride(info, restrided_first)
             ),
             RestridedOut,
         )
@@ -169,14 +179,6 @@ class MetadataMutation:
             i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
         )
         self._kept_history = kept_history
-        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
-        self._restrided = restrided
-        restrided_first = tuple(
-            i
-            for i in mutated
-            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
-        )
-        self._restrided_first = restrided_first
         inner_args = list(outer.args)
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -212,6 +214,12 @@ class MetadataMutation:
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
 
+        # Of the inputs that are no views, the non-leaves requiring grad: eager's tensor keeps its history through a
+        # geometry change autograd does not record (``KEEPS_OWN_HISTORY``).
+        keep_history = frozenset(
+            i for i in no_views if meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf
+        )
+
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
             args, bases = all_args[:num_inputs], all_args[num_inputs : num_inputs + len(moved)]
             working = list(args)
@@ -219,7 +227,7 @@ class MetadataMutation:
                 working[arg_idx] = (
                     _history_alias(args[arg_idx])
                     if arg_idx in set_with_history
-                    else _alias_as_made(args[arg_idx], arg_idx in no_views)
+                    else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
             for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
@@ -274,7 +282,7 @@ class MetadataMutation:
             )
             + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
             split.inner_output_info(
-                [_from_stale_view(_from_final(info, started), restrided_first) for info in meta.output_info],
+                [_from_final(info, started) for info in meta.output_info],
                 RestridedArg,
             )
             + tuple(final_value(i) for i in fresh)
@@ -368,6 +376,7 @@ class MetadataMutation:
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
+        accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
             """Before the inner call: its arguments (restrided inputs, moved ones' bases), and what ``leave`` reads."""
@@ -375,6 +384,11 @@ class MetadataMutation:
             # Under dynamic shapes, this call's values of the final geometries: read before any input changes.
             geometries = [resolve_sizes(info.final_metadata) for _, info in final]
             before = counters.read(args)
+            # Eager made these leaves' gradient accumulators before their geometry changed, for the geometry they
+            # have now, which an accumulator keeps (gradients reaching the leaf are summed to that shape, or
+            # refused): made here too, kept alive until the outputs reaching them are made.
+            with torch.enable_grad():
+                anchors = [args[i].view_as(args[i]) for i in accumulators_as_called if args[i].requires_grad]
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             inner_args += [_old_self(args[arg_idx]) for arg_idx in reshaped]
             for arg_idx in reshaped:
@@ -385,11 +399,11 @@ class MetadataMutation:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
             counters.restore(args, before)
-            return inner_args, (targets, geometries, before)
+            return inner_args, (targets, geometries, before, anchors)
 
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
-            targets, geometries, before = entered
+            targets, geometries, before, _ = entered
             num_kept, num_fresh = len(split.kept), len(fresh)
             wholes = inner_outs[num_kept : num_kept + num_fresh]
             new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
@@ -499,6 +513,7 @@ class MetadataMutation:
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
                     and out_info.base_input in views_of_changed | written_changed
                 )
+                or _taken_after_restride(out_info, restrided_first)
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
@@ -509,6 +524,8 @@ class MetadataMutation:
                 chain = out_info.view_chain
                 if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
+                    chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -588,14 +605,15 @@ def _made_for(info: InputAliasInfo, arg_idx: DedupedArg) -> DedupedArg:
     return DedupedArg(index) if kind == "moved_with" else arg_idx
 
 
-def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
+def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool, keeps_history: bool = False) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
     geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
     needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
     makes eager's, from which autograd takes views (of another dtype too) again, not from the input below.
     ``stands_for_no_view``: the caller's tensor is no view (eager takes views of it again from it, not from a
-    base); the trace's ``arg`` may be none where the caller's is one."""
+    base); the trace's ``arg`` may be none where the caller's is one. ``keeps_history``: it is a non-leaf too,
+    whose history eager keeps through a geometry change under no_grad (``meta.fresh_views.KEEPS_OWN_HISTORY``)."""
     if arg._base is None and not arg.requires_grad:
         return arg.detach()
     with torch.enable_grad():
@@ -603,6 +621,7 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     _mark_as_made(alias, arg)
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
+        setattr(alias, KEEPS_OWN_HISTORY, keeps_history)
     return alias
 
 
@@ -779,7 +798,8 @@ def _base_of(arg: torch.Tensor) -> torch.Tensor:
 
 
 class _MovedHistories(TorchFunctionMode):
-    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), every op gets, in the
+    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), or a leaf's geometry changes
+    there after a use in grad mode (an in-place view op, an ``out=`` resizing it), every op gets, in the
     input's place, a stand-in: its base ``as_strided`` in the input's current geometry, ``set_()`` onto the
     input under no_grad. The same memory, with the history eager takes again for the moved view, so later
     uses differentiate the base where eager's do; in-place geometry changes still apply to the input."""
@@ -820,6 +840,21 @@ class _MovedHistories(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        # An op resizing a leaf passed as its ``out=`` under no_grad moves it as a geometry change does.
+        resized = [] if torch.is_grad_enabled() else self._leaves_in(kwargs.get("out"))
+        before = [(t.shape, t.stride(), t.storage_offset()) for t in resized]
+        out = self._call(func, args, kwargs)
+        for leaf, geometry in zip(resized, before, strict=True):
+            if (leaf.shape, leaf.stride(), leaf.storage_offset()) != geometry:
+                self._moved[id(leaf)] = self._bases[id(leaf)]
+        return out
+
+    def _leaves_in(self, outs: Any) -> list[torch.Tensor]:
+        """The leaf inputs among ``outs`` (an op's ``out=``)."""
+        tensors = [t for t in tree_flatten(outs)[0] if isinstance(t, torch.Tensor)]
+        return [t for t in tensors if (found := self._bases.get(id(t))) is not None and found[0] is t and found[2]]
+
+    def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         name = getattr(func, "__name__", "")
         if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
             name = func.overloadpacket.__name__
@@ -911,6 +946,28 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: 
     return info.storage_set_to is None and (info.mutates_data or same_elements)
 
 
+def _taken_after_restride(info: OutputAliasInfo[DedupedArg, UserOut], restrided_first: tuple[DedupedArg, ...]) -> bool:
+    """A view of a ``_restrided_first`` input taken after its geometry changed: taken here from the caller's
+    tensor, which has that geometry, as eager's view of the leaf is. Below, the function's input is a view of the
+    leaf in its old geometry, which may span fewer elements (``out=`` growing it): a view taken again from that
+    one would be an ``as_strided`` of it, whose gradient reaches only the old geometry's elements."""
+    return (
+        info.output_type == OutputType.ALIAS_OF_INPUT
+        and info.base_input in restrided_first
+        and info.view_chain[0].from_geometry is not None
+    )
+
+
+def _chain_from_restrided(chain: tuple[ViewStep, ...], final: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+    """``chain`` (its first step taken in a geometry relative to the input's original one), replayed from the
+    input in its ``final`` geometry (this call's values): no geometry where the view was taken in that one."""
+    final_size, final_stride, final_offset = final
+    size, stride, relative = resolve_sizes(chain[0].from_geometry)
+    geometry = (size, stride, relative - final_offset)
+    from_final = None if geometry == (final_size, final_stride, 0) else geometry
+    return (dataclasses.replace(chain[0], from_geometry=from_final), *chain[1:])
+
+
 def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
     """An input requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry
     changes where autograd records nothing, never written: its gradient has its final geometry (eager's
@@ -978,28 +1035,6 @@ def _from_final(
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
     return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
-
-
-def _from_stale_view(
-    info: OutputAliasInfo[DedupedArg, UserOut], restrided_first: tuple[DedupedArg, ...]
-) -> OutputAliasInfo[DedupedArg, UserOut]:
-    """A view taken, after its geometry changed, of an input restrided first (``_restrided_first``), taken from
-    the caller's tensor: below, the input is an old-geometry view of that tensor, changed under no_grad, and so
-    the view's history is taken again from its base by strides (eager's view of the leaf in its new geometry
-    reaches all of it, one taken from the old-geometry view only the elements that spans)."""
-
-    def from_base(chain: tuple[ViewStep, ...]) -> tuple[ViewStep, ...]:
-        if not chain or chain[0].from_geometry is None:
-            return chain
-        return (dataclasses.replace(chain[0], from_base=True), *chain[1:])
-
-    alias = info.computed_alias
-    if alias is not None and alias.base_input in restrided_first:
-        alias = dataclasses.replace(alias, view_chain=from_base(alias.view_chain))
-        info = dataclasses.replace(info, computed_alias=alias)
-    if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in restrided_first:
-        return info
-    return dataclasses.replace(info, view_chain=from_base(info.view_chain))
 
 
 def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:

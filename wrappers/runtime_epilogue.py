@@ -446,4 +446,5 @@ def _unmutated(info: Any) -> Any:
         mutations_hidden_from_autograd=False,
         requires_grad_after=False,
         version_bumps=0,
+        writes_recorded_past_base=False,
     )

@@ -538,6 +538,8 @@ def _function_views(
 
 
 def _merged(infos: Sequence[InputAliasInfo]) -> InputAliasInfo:
-    """One write standing for several inputs' writes: seen by autograd if any of theirs was."""
+    """One write standing for several inputs' writes: seen by autograd if any of theirs was, past a base if any
+    of theirs went there."""
     visible = [info for info in infos if info.mutation_visible_to_autograd]
-    return visible[0] if visible else infos[0]
+    past_base = any(info.writes_recorded_past_base for info in infos)
+    return dataclasses.replace(visible[0] if visible else infos[0], writes_recorded_past_base=past_base)
