@@ -48,10 +48,11 @@ from torch.fx.experimental.symbolic_shapes import guard_or_true
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from meta.eager_state import geometry_of
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
+from meta.storage import offset_of, storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes, span_end
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -407,7 +408,7 @@ class MetadataMutation:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
             targets, geometries, before = entered
             # The geometries the caller's tensors start in, to take views eager took before a change from.
-            started = {base: _geometry(args[base]) for base in across_bases if base is not None}
+            started = {base: geometry_of(args[base]) for base in across_bases if base is not None}
             num_kept, num_fresh = len(split.kept), len(fresh)
             wholes = inner_outs[num_kept : num_kept + num_fresh]
             new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
@@ -695,10 +696,6 @@ def _viewed_across_change(chain: tuple[ViewStep, ...], info: InputAliasInfo, arg
     )
 
 
-def _geometry(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    return tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset())
-
-
 def _from_geometry_then(
     step: ViewStep, started: tuple[tuple[int, ...], tuple[int, ...], int], arg: torch.Tensor
 ) -> ViewStep:
@@ -709,7 +706,7 @@ def _from_geometry_then(
     if step.from_geometry is not None:
         size, stride, relative = step.from_geometry
         offset += relative
-    return dataclasses.replace(step, from_geometry=(size, stride, offset - int(arg.storage_offset())))
+    return dataclasses.replace(step, from_geometry=(size, stride, offset - offset_of(arg)))
 
 
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
