@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Never
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from meta import symbolic
@@ -635,8 +636,10 @@ def _checked_saves(inference_storages: set[int], refusing: bool) -> contextlib.A
                 "mode in computation tracked by autograd. To work around this, you can make a clone to get a "
                 "normal tensor and use it in autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
             )
-        # (A detach() shares the counter, and holds no history: no cycle through a saved output's node.)
-        return tensor.detach(), version(tensor)
+        # A detach() shares the counter, and holds no history: no cycle through a saved output's node. Not of a
+        # real tensor the function captured (the op saving it refuses it, naming itself, as the mode's ops do).
+        held = tensor.detach() if isinstance(tensor, FakeTensor) or is_traceable_wrapper_subclass(tensor) else tensor
+        return held, version(tensor)
 
     def unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
         tensor, saved_version = packed
