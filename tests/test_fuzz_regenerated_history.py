@@ -280,7 +280,149 @@ def _non_leaf_column():
     return (torch.randn(4, 1, generator=torch.Generator().manual_seed(0)).requires_grad_() * 1,)
 
 
+# Seed 24 program 805: a view of a non-leaf input (no view) taken, the input as_strided_() in grad mode, then the view
+# viewed again: eager's record of the first view is stale by then, so its history is taken again from the input's
+# new history by strides (reaching only the elements the final geometry spans: here one), and the later view is
+# taken on that. Replayed on the caller's tensor before its change, the chain kept the old history (every element).
+def _viewed_again_after_as_strided_(a0):
+    v0 = a0[..., ::2]
+    _ = v0 @ v0.mT  # (saves the view for a backward never run)
+    a0.as_strided_((1,), (2,), 10)
+    v2 = v0.t()
+    return (v2,)
+
+
+def _row_sliced_after_as_strided_(a0):
+    v0 = a0[1]
+    a0.as_strided_((2, 2), (4, 1), 5)
+    return (v0[1:],)
+
+
+def _flat_view_diagonal_after_as_strided_(a0):
+    v0 = a0.view(12)
+    a0.as_strided_((3,), (3,), 1)
+    return (v0.unflatten(0, (2, 6)).diagonal(),)
+
+
+def _stale_view_and_view_of_it_returned(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t(), v0, a0)
+
+
+def _squeezed_then_as_strided_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.squeeze_(0).unsqueeze_(0)
+    a0.as_strided_((2,), (2,), 8)
+    return (v0[1],)
+
+
+def _written_then_as_strided_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.mul_(2)
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t(),)
+
+
+def _as_strided_then_written_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((3,), (2,), 4)
+    a0.mul_(2)
+    return (v0.t(),)
+
+
+def _view_between_as_strided_then_viewed(a0):
+    # The first view taken in the geometry the first change left (its own ``from_geometry``).
+    a0.as_strided_((2, 3), (4, 1), 1)
+    v0 = a0[1]
+    a0.as_strided_((2,), (1,), 5)
+    return (v0[1:],)
+
+
+def _as_strided_under_no_grad_then_recorded_then_viewed(a0):
+    # Eager's backward raises: the history taken again has the shape the unrecorded change left.
+    v0 = a0[..., ::2]
+    with torch.no_grad():
+        a0.as_strided_((6,), (1,), 2)
+    a0.as_strided_((2,), (2,), 4)
+    return (v0.t(),)
+
+
+def _as_strided_recorded_then_under_no_grad_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((2,), (2,), 4)
+    with torch.no_grad():
+        a0.as_strided_((1,), (1,), 6)
+    return (v0.t(),)
+
+
+def _unbound_row_sliced_after_as_strided_(a0):
+    v0 = a0.unbind(0)[1]
+    a0.as_strided_((3,), (1,), 5)
+    return (v0[1:], v0[0].unsqueeze(0))
+
+
+# The same class's neighbours eager and the compiled function agreed on: the stale view returned itself (its own
+# record is taken again when read, on both sides), a change of shape alone (the same elements), the view used
+# inside the graph.
+def _stale_view_returned(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0,)
+
+
+def _row_sliced_after_t_(a0):
+    v0 = a0[1]
+    a0.t_()
+    return (v0[1:],)
+
+
+def _viewed_again_after_as_strided_then_computed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t() * 2,)
+
+
+def _non_leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_() * 1,)
+
+
+def _non_leaf_3x4_and_its_rows():
+    x = torch.randn(3, 4, generator=_gen()).requires_grad_() * 1
+    return (x, x[1:])
+
+
+def _viewed_again_after_as_strided_with_view_input(a0, a1):
+    v0 = a0[..., ::2]
+    a0.as_strided_((2,), (2,), 4)
+    return (v0.t(), a1 * 2)
+
+
 PROGRAMS = {
+    "viewed_again_after_as_strided_": (_viewed_again_after_as_strided_, _non_leaf_3x4),
+    "row_sliced_after_as_strided_": (_row_sliced_after_as_strided_, _non_leaf_3x4),
+    "flat_view_diagonal_after_as_strided_": (_flat_view_diagonal_after_as_strided_, _non_leaf_3x4),
+    "stale_view_and_view_of_it_returned": (_stale_view_and_view_of_it_returned, _non_leaf_3x4),
+    "squeezed_then_as_strided_then_viewed": (_squeezed_then_as_strided_then_viewed, _non_leaf_3x4),
+    "written_then_as_strided_then_viewed": (_written_then_as_strided_then_viewed, _non_leaf_3x4),
+    "as_strided_then_written_then_viewed": (_as_strided_then_written_then_viewed, _non_leaf_3x4),
+    "view_between_as_strided_then_viewed": (_view_between_as_strided_then_viewed, _non_leaf_3x4),
+    "as_strided_under_no_grad_then_recorded_then_viewed": (
+        _as_strided_under_no_grad_then_recorded_then_viewed,
+        _non_leaf_3x4,
+    ),
+    "as_strided_recorded_then_under_no_grad_then_viewed": (
+        _as_strided_recorded_then_under_no_grad_then_viewed,
+        _non_leaf_3x4,
+    ),
+    "unbound_row_sliced_after_as_strided_": (_unbound_row_sliced_after_as_strided_, _non_leaf_3x4),
+    "stale_view_returned": (_stale_view_returned, _non_leaf_3x4),
+    "row_sliced_after_t_": (_row_sliced_after_t_, _non_leaf_3x4),
+    "viewed_again_after_as_strided_then_computed": (_viewed_again_after_as_strided_then_computed, _non_leaf_3x4),
+    "viewed_again_after_as_strided_with_view_input": (
+        _viewed_again_after_as_strided_with_view_input,
+        _non_leaf_3x4_and_its_rows,
+    ),
     "column_written_then_squeezed_after_matmul": (_column_written_then_squeezed_after_matmul, _non_leaf_column),
     "as_strided_twice_then_mul_with_view_input": (_as_strided_twice_then_mul_with_view_input, _non_leaf_and_its_rows),
     "view_between_as_strided_then_mul_": (_view_between_as_strided_then_mul_, _non_leaf_4x6),

@@ -48,10 +48,11 @@ from torch.fx.experimental.symbolic_shapes import guard_or_true
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from meta.eager_state import geometry_of
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import KEEPS_OWN_HISTORY, STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
+from meta.storage import offset_of, storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes, span_end
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -108,6 +109,9 @@ class MetadataMutation:
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
         # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
         self._written_changed: frozenset[DedupedArg] = frozenset()
+        # Outputs viewed again after their base's recorded change from a view taken before it
+        # (``_viewed_across_change``): replayed once the caller's tensor has its final geometry and history.
+        self._across_change: frozenset[UserOut] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -156,10 +160,24 @@ class MetadataMutation:
             if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
         )
         self._restrided_first = restrided_first
+
+        def across(info: OutputAliasInfo[DedupedArg, UserOut]) -> bool:
+            base = info.base_input
+            return (
+                info.output_type == OutputType.ALIAS_OF_INPUT
+                and not info.after_set
+                and base in no_views
+                and base not in self._grad_from_inside
+                and _viewed_across_change(info.view_chain, meta.input_info[base], outer.args[base])
+            )
+
+        across_change = frozenset(UserOut(out_idx) for out_idx, info in enumerate(meta.output_info) if across(info))
+        self._across_change = across_change
         split = OutputSplit.of(
             meta,
             lambda info: (
                 info.after_set
+                or across(info)
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
@@ -375,6 +393,8 @@ class MetadataMutation:
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
+        across_change = self._across_change
+        across_bases = {meta.output_info[out_idx].base_input for out_idx in across_change}
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
         accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
@@ -404,6 +424,8 @@ class MetadataMutation:
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
             targets, geometries, before, _ = entered
+            # The geometries the caller's tensors start in, to take views eager took before a change from.
+            started = {base: geometry_of(args[base]) for base in across_bases if base is not None}
             num_kept, num_fresh = len(split.kept), len(fresh)
             wholes = inner_outs[num_kept : num_kept + num_fresh]
             new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
@@ -509,6 +531,7 @@ class MetadataMutation:
                 (out_idx, out_info)
                 for out_idx, out_info in enumerate(meta.output_info)
                 if out_info.after_set
+                or out_idx in across_change
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
                     and out_info.base_input in views_of_changed | written_changed
@@ -526,6 +549,8 @@ class MetadataMutation:
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
                 elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
                     chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
+                elif out_idx in across_change:  # its first step from the geometry the caller's tensor had then
+                    chain = (_from_geometry_then(chain[0], started[base], args[base]), *chain[1:])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -670,6 +695,40 @@ def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_
         for info in meta.output_info
         if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
     )
+
+
+def _viewed_across_change(chain: tuple[ViewStep, ...], info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """Whether a view of input ``arg`` (no view, requiring grad) is taken, after the function's last change of
+    its geometry, of a view taken before it (``v = a[:, ::2]; a.as_strided_(...); v.t()``), autograd recording
+    a change: eager's record of the view taken before is stale then, so its history is taken again from the
+    input's new history, by strides (an ``as_strided_``'s backward reaching only the elements it spans), and the
+    view after is taken on that. Replayed on the caller's tensor before its change, the chain would keep the old
+    history. A change of shape alone (``t_``) reaches the same elements."""
+    steps = info.metadata_steps
+    recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad and bool(steps)
+    if not (recorded and info.requires_grad and not info.is_leaf):
+        return False
+    if info.storage_set_to is not None or info.storage_grown_to or info.moves_history:
+        return False
+    last_change = steps[-1][4]
+    return (
+        not any(step.runtime_sizes for step in chain)
+        and 0 <= chain[0].version < last_change <= chain[-1].version
+        and _elements_reached_change(info, arg)
+    )
+
+
+def _from_geometry_then(
+    step: ViewStep, started: tuple[tuple[int, ...], tuple[int, ...], int], arg: torch.Tensor
+) -> ViewStep:
+    """``step``, the first of a chain of views taken from ``arg`` before its geometry changed, from the geometry
+    it had then (its ``from_geometry``, relative to the offset ``arg`` had when the call ``started``; none: the
+    geometry it started in), now relative to the offset the caller's tensor has once changed."""
+    size, stride, offset = started
+    if step.from_geometry is not None:
+        size, stride, relative = step.from_geometry
+        offset += relative
+    return dataclasses.replace(step, from_geometry=(size, stride, offset - offset_of(arg)))
 
 
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
