@@ -1,7 +1,10 @@
 """An input made a leaf by ``requires_grad_()`` on a view of a base requiring none: eager takes its views from
 that base, so those made under no_grad require no grad, nor does what is computed from them. Collection's fakes
 made such an input a root of its own, whose no_grad views require grad: outputs came back requiring grad.
-Eager is the oracle (``tests/oracle.py``)."""
+
+Merged with its base (the base written), the input's synthetic base was a view of it, whose history autograd
+takes again from the base needing none once the counter moves (set early, before the compiled call): its
+gradient came back None. Eager is the oracle (``tests/oracle.py``)."""
 
 from __future__ import annotations
 
@@ -63,10 +66,56 @@ def _no_grad_view_written(x, *rest):
     return v + 1, x * 1
 
 
+def _column_with_its_base():
+    base = torch.arange(12.0)
+    return base.view(3, 4)[:, 1:3].requires_grad_(), base
+
+
+def _transposed_with_its_base():
+    base = torch.arange(12.0).view(3, 4)
+    return base.t()[1:].requires_grad_(), base
+
+
 def _base_written(x, base):
     with torch.no_grad():
         base.add_(1)
     return (x * 2,)
+
+
+def _base_written_in_grad_mode(x, base):
+    base.add_(1)
+    return (x * 2,)
+
+
+def _read_then_base_written(x, base):
+    y = x * 2
+    with torch.no_grad():
+        base.mul_(3)
+    return y, x.sum()
+
+
+def _saved_then_base_written(x, base):
+    """Eager's backward refuses: ``x * x`` saved ``x``, written since."""
+    y = x * x
+    with torch.no_grad():
+        base.add_(1)
+    return (y,)
+
+
+def _part_of_base_written(x, base):
+    with torch.no_grad():
+        base.view(-1)[3:5].mul_(2)
+    return (x * x,)
+
+
+def _leaf_written_base_read(x, base):
+    with torch.no_grad():
+        x.mul_(2)
+    return x * 3, base.sum()
+
+
+def _base_first_written(base, x):
+    return _base_written(x, base)
 
 
 INPUTS = {
@@ -84,20 +133,29 @@ FUNCTIONS = {
     "no_grad_view_written": _no_grad_view_written,
 }
 PROGRAMS = {f"{fn}-{inputs}": (FUNCTIONS[fn], INPUTS[inputs]) for fn in FUNCTIONS for inputs in INPUTS}
-PROGRAMS["base_written-with_its_base"] = (_base_written, _with_its_base)
+WITH_BASE = {
+    "with_its_base": _with_its_base,
+    "column_with_its_base": _column_with_its_base,
+    "transposed_with_its_base": _transposed_with_its_base,
+}
+ON_BASE = {
+    "base_written": _base_written,
+    "base_written_in_grad_mode": _base_written_in_grad_mode,
+    "read_then_base_written": _read_then_base_written,
+    "saved_then_base_written": _saved_then_base_written,
+    "part_of_base_written": _part_of_base_written,
+    "leaf_written_base_read": _leaf_written_base_read,
+}
+PROGRAMS.update({f"{fn}-{inputs}": (ON_BASE[fn], WITH_BASE[inputs]) for fn in ON_BASE for inputs in WITH_BASE})
+PROGRAMS["base_first_written"] = (_base_first_written, lambda: tuple(reversed(_with_its_base())))
 
 _WRITTEN_NO_GRAD_VIEW = (
     "the trace's fakes of graph inputs are independent roots (a leaf stays a leaf): the input's no_grad view "
     "requires grad there, unlike eager's, and the trace refuses reading it after the in-place write (autograd's "
     "'view created in no_grad mode ... modified inplace' error) where eager computes"
 )
-_BASE_WRITTEN = (
-    "the synthetic base merging the input with its written base requires no grad (the base requires none): the "
-    "input regenerated as its view loses the requires_grad_() the caller set, its gradient comes back None"
-)
 KNOWN_WRONG = {
     **{(f"no_grad_view_written-{inputs}", "training"): _WRITTEN_NO_GRAD_VIEW for inputs in INPUTS},
-    ("base_written-with_its_base", "training"): _BASE_WRITTEN,
 }
 
 

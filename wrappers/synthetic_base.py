@@ -132,6 +132,11 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
     # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
     # would refuse the history an enable_grad region of the function reads.
     with torch.enable_grad():
+        if source.requires_grad and source.grad_fn is None and source._base is not None:
+            # A leaf view of a base needing none: autograd takes a view's history again from that base once the
+            # counter moves (the layers below set it early), and the gradient would stop there. An alias of no
+            # view, whose gradient goes to the leaf, is the root the base's history is taken again from.
+            source = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
         return source.as_strided((end - start,), (1,), start)
 
 
