@@ -186,6 +186,7 @@ def trace_joint(
     gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
     gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
+    gm.meta[REACHED_FROM] = backward_writes.reached_from
     return gm
 
 
@@ -260,7 +261,9 @@ def _trace_joint_once(
             # the trace, and the caller makes the compiled backward raise it. It runs every node reaching a
             # leaf, the function's own too (their gradients dropped): an autograd.Function's backward there
             # may write an input.
-            with EagerOverlapChecks(), backward_writes:
+            # With an autograd.Function's node, the graph's data flow does not tell which tangents decide a gradient.
+            sent = _GradientsSent([out.grad_fn for out in differentiable] if backward_writes.user_functions else [])
+            with EagerOverlapChecks(), backward_writes, sent:
                 found = torch.autograd.grad(
                     differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
                 )
@@ -279,6 +282,11 @@ def _trace_joint_once(
                             offset = geometry[2]
                             value = value.as_strided(target.shape, target.stride(), value.storage_offset() - offset)
                         target.copy_(value)
+            if backward_writes.user_functions:
+                backward_writes.reached_from = sent.reached_from(
+                    {tangent_outs[k]: out for k, out in zip(kept, differentiable, strict=True)},
+                    {i: primal_args[i] for i in wants_grad},
+                )
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
@@ -299,6 +307,8 @@ def _trace_joint_once(
 # for the outputs of such a node no gradient reached once another output's did: a gradient computed from tangents
 # none of which arrived need not be None there.
 USER_FUNCTIONS = "user_functions"
+# Joint graph meta, with such a node: for each primal requiring grad, the outputs a gradient reaches it from.
+REACHED_FROM = "reached_from"
 
 
 def _reaches_user_function(roots: Sequence[Any]) -> bool:
@@ -307,6 +317,65 @@ def _reaches_user_function(roots: Sequence[Any]) -> bool:
         isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node)
         for node in autograd_nodes(roots)
     )
+
+
+class _GradientsSent:
+    """While active, records along which edges each node of the autograd graph behind ``roots`` sent a gradient
+    (an autograd.Function's backward returns None for some of its inputs): eager's engine runs a node once a
+    gradient reached it, an autograd.Function's with zeros for the outputs none reached, so an input gets none
+    unless some output's gradient arrives with an edge path sending one from it to the input (a built-in node
+    sending none for a gradient that did not arrive makes this a bound: no gradient arrived, none is sent)."""
+
+    def __init__(self, roots: Sequence[Any]) -> None:
+        self._roots = roots
+        self._unsent: dict[int, frozenset[int]] = {}  # node -> the edges it sent None along
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> _GradientsSent:
+        def recorder(node: Any) -> Callable[[Any, Any], None]:
+            def record(grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
+                self._unsent[id(node)] = frozenset(j for j, grad in enumerate(grad_inputs) if grad is None)
+
+            return record
+
+        self._handles = [
+            node.register_hook(recorder(node)) for node in autograd_nodes(self._roots) if node.next_functions
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def reached_from(
+        self, outputs: Mapping[int, torch.Tensor], inputs: Mapping[int, torch.Tensor]
+    ) -> dict[int, frozenset[int]]:
+        """For each of ``inputs`` (by position), the positions of ``outputs`` a gradient reaches it from."""
+        edges = {
+            i: (id(edge.node), edge.output_nr)
+            for i, tensor in inputs.items()
+            for edge in [torch.autograd.graph.get_gradient_edge(tensor)]
+        }
+        reached: dict[int, set[int]] = {i: set() for i in inputs}
+        for out, tensor in outputs.items():
+            root = torch.autograd.graph.get_gradient_edge(tensor)
+            seen = {(id(root.node), root.output_nr)}
+            stack = [root.node]
+            visited: set[int] = set()
+            while stack:
+                node = stack.pop()
+                if id(node) in visited:
+                    continue
+                visited.add(id(node))
+                unsent = self._unsent.get(id(node), frozenset())
+                for j, (next_node, nr) in enumerate(node.next_functions):
+                    if next_node is not None and j not in unsent:
+                        seen.add((id(next_node), nr))
+                        stack.append(next_node)
+            for i, edge in edges.items():
+                if edge in seen:
+                    reached[i].add(out)
+        return {i: frozenset(outs) for i, outs in reached.items()}
 
 
 def _user_function(node: Any) -> bool:
@@ -440,6 +509,8 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
         self.user_functions = False  # whether the backward runs an autograd.Function's backward
+        # With one: for each primal requiring grad, the outputs a gradient reaches it from (``_GradientsSent``).
+        self.reached_from: dict[int, frozenset[int]] | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         for position in written_positions(func, args):
