@@ -39,6 +39,7 @@ from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
+from meta.stand_ins import collecting_stand_ins, leaf_standing_for
 from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
 from meta.storage_set import StorageSetsOntoTensors
 from meta.versions import history_refused
@@ -219,23 +220,27 @@ def _trace_joint_once(
 
     backward_writes = _BackwardWrites()
 
-    # Primals whose no_grad views eager's need no grad, where the fakes' (independent leaves) do.
+    # Primals eager's caller has as leaf views of a base requiring none, where the fakes are independent leaves:
+    # the function gets a leaf made as eager's in their place (``meta.stand_ins``).
     ungraded = [i for i, arg in enumerate(flat_args) if leaf_of_ungraded_base(arg)]
 
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
         history_stops = HistoryStops()
-        with (
-            torch.set_grad_enabled(grad_mode),
-            _flag_sets_as_eager(),
-            _geometry_changes(meta, fresh_views, primal_args),
-            regenerated if regenerated is not None else contextlib.nullcontext(),
-            history_stops,
-            NoGradViewEdges([primal_args[i] for i in ungraded]),
-        ):
-            outs = [fresh_views.returned(out) for out in flat_fn(*primal_args)]
-        made_leaves = _leaves_made_inside(history_stops.made, primal_args)
+        with collecting_stand_ins() as stand_ins:
+            as_called = [leaf_standing_for(p) if i in ungraded else p for i, p in enumerate(primal_args)]
+            with (
+                torch.set_grad_enabled(grad_mode),
+                _flag_sets_as_eager(),
+                _geometry_changes(meta, fresh_views, as_called),
+                regenerated if regenerated is not None else contextlib.nullcontext(),
+                history_stops,
+                NoGradViewEdges(),
+            ):
+                outs = [fresh_views.returned(out) for out in flat_fn(*as_called)]
+        stand_in_leaves = [leaf for leaf, _ in stand_ins]
+        made_leaves = _leaves_made_inside(history_stops.made, [*as_called, *stand_in_leaves])
         history_stops.mark()
         if regenerated is not None:
             outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
@@ -264,9 +269,17 @@ def _trace_joint_once(
             # With an autograd.Function's node, the graph's data flow does not tell which tangents decide a gradient.
             sent = _GradientsSent([out.grad_fn for out in differentiable] if backward_writes.user_functions else [])
             with EagerOverlapChecks(), backward_writes, sent:
-                found = torch.autograd.grad(
-                    differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
+                wanted = [primal_args[i] for i in wants_grad]
+                # (The graph kept: a stand-in's gradient goes on through its value's history after.)
+                everything = torch.autograd.grad(
+                    differentiable,
+                    [*wanted, *made_leaves, *stand_in_leaves],
+                    cotangents,
+                    allow_unused=True,
+                    retain_graph=bool(stand_ins),
                 )
+                leaf_grads = everything[len(everything) - len(stand_ins) :]
+                found = _through_stand_ins(list(everything[: len(wanted)]), leaf_grads, stand_ins, wanted)
                 with torch.no_grad():
                     written_inputs: set[int] = set()
                     for out_idx, value in new_values.items():
@@ -286,6 +299,7 @@ def _trace_joint_once(
                 backward_writes.reached_from = sent.reached_from(
                     {tangent_outs[k]: out for k, out in zip(kept, differentiable, strict=True)},
                     {i: primal_args[i] for i in wants_grad},
+                    stand_ins,
                 )
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
@@ -348,34 +362,70 @@ class _GradientsSent:
             handle.remove()
 
     def reached_from(
-        self, outputs: Mapping[int, torch.Tensor], inputs: Mapping[int, torch.Tensor]
+        self,
+        outputs: Mapping[int, torch.Tensor],
+        inputs: Mapping[int, torch.Tensor],
+        stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]] = (),
     ) -> dict[int, frozenset[int]]:
-        """For each of ``inputs`` (by position), the positions of ``outputs`` a gradient reaches it from."""
-        edges = {
-            i: (id(edge.node), edge.output_nr)
-            for i, tensor in inputs.items()
-            for edge in [torch.autograd.graph.get_gradient_edge(tensor)]
+        """For each of ``inputs`` (by position), the positions of ``outputs`` a gradient reaches it from; a
+        gradient reaching a stand-in leaf goes on through its value's history (``_through_stand_ins``)."""
+
+        def edge_of(tensor: torch.Tensor) -> tuple[Any, int]:
+            edge = torch.autograd.graph.get_gradient_edge(tensor)
+            return edge.node, edge.output_nr
+
+        bridges = {
+            (id(node), nr): edge_of(value)
+            for leaf, value in stand_ins
+            if value.requires_grad
+            for node, nr in [edge_of(leaf)]
         }
+        targets = {i: (id(node), nr) for i, tensor in inputs.items() for node, nr in [edge_of(tensor)]}
         reached: dict[int, set[int]] = {i: set() for i in inputs}
         for out, tensor in outputs.items():
-            root = torch.autograd.graph.get_gradient_edge(tensor)
-            seen = {(id(root.node), root.output_nr)}
-            stack = [root.node]
-            visited: set[int] = set()
+            seen: set[tuple[int, int]] = set()
+            expanded: set[int] = set()
+            stack = [edge_of(tensor)]
             while stack:
-                node = stack.pop()
-                if id(node) in visited:
+                node, nr = stack.pop()
+                if (id(node), nr) in seen:
                     continue
-                visited.add(id(node))
+                seen.add((id(node), nr))
+                if (id(node), nr) in bridges:
+                    stack.append(bridges[id(node), nr])
+                if id(node) in expanded:
+                    continue
+                expanded.add(id(node))
                 unsent = self._unsent.get(id(node), frozenset())
-                for j, (next_node, nr) in enumerate(node.next_functions):
-                    if next_node is not None and j not in unsent:
-                        seen.add((id(next_node), nr))
-                        stack.append(next_node)
-            for i, edge in edges.items():
-                if edge in seen:
+                stack += [edge for j, edge in enumerate(node.next_functions) if edge[0] is not None and j not in unsent]
+            for i, target in targets.items():
+                if target in seen:
                     reached[i].add(out)
         return {i: frozenset(outs) for i, outs in reached.items()}
+
+
+def _through_stand_ins(
+    grads: list[torch.Tensor | None],
+    leaf_grads: Sequence[torch.Tensor | None],
+    stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    inputs: Sequence[torch.Tensor],
+) -> list[torch.Tensor | None]:
+    """``grads`` of ``inputs`` with the gradient of each stand-in leaf (``leaf_grads``) sent on through its value's
+    history, the last made first (a value is computed from leaves made before it only)."""
+    pending = list(leaf_grads)
+    for k in reversed(range(len(stand_ins))):
+        value = stand_ins[k][1]
+        if pending[k] is None or not value.requires_grad:
+            continue
+        earlier = [leaf for leaf, _ in stand_ins[:k]]
+        more = torch.autograd.grad([value], [*inputs, *earlier], [pending[k]], allow_unused=True, retain_graph=True)
+        grads = [_summed(g, m) for g, m in zip(grads, more[: len(inputs)], strict=True)]
+        pending[:k] = [_summed(g, m) for g, m in zip(pending[:k], more[len(inputs) :], strict=True)]
+    return grads
+
+
+def _summed(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
+    return second if first is None else first if second is None else first + second
 
 
 def _user_function(node: Any) -> bool:
