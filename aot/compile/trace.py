@@ -267,7 +267,13 @@ def _trace_joint_once(
             # leaf, the function's own too (their gradients dropped): an autograd.Function's backward there
             # may write an input.
             # With an autograd.Function's node, the graph's data flow does not tell which tangents decide a gradient.
-            sent = _GradientsSent([out.grad_fn for out in differentiable] if backward_writes.user_functions else [])
+            sent = _GradientsSent(
+                {tangent_outs[k]: out for k, out in zip(kept, differentiable, strict=True)}
+                if backward_writes.user_functions
+                else {},
+                {i: primal_args[i] for i in wants_grad},
+                stand_ins,
+            )
             with EagerOverlapChecks(), backward_writes, sent:
                 wanted = [primal_args[i] for i in wants_grad]
                 # (The graph kept: a stand-in's gradient goes on through its value's history after.)
@@ -296,11 +302,7 @@ def _trace_joint_once(
                             value = value.as_strided(target.shape, target.stride(), value.storage_offset() - offset)
                         target.copy_(value)
             if backward_writes.user_functions:
-                backward_writes.reached_from = sent.reached_from(
-                    {tangent_outs[k]: out for k, out in zip(kept, differentiable, strict=True)},
-                    {i: primal_args[i] for i in wants_grad},
-                    stand_ins,
-                )
+                backward_writes.reached_from = sent.reached_from()
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
@@ -334,14 +336,29 @@ def _reaches_user_function(roots: Sequence[Any]) -> bool:
 
 
 class _GradientsSent:
-    """While active, records along which edges each node of the autograd graph behind ``roots`` sent a gradient
+    """While active, records along which edges each node of the autograd graph behind ``outputs`` sent a gradient
     (an autograd.Function's backward returns None for some of its inputs): eager's engine runs a node once a
     gradient reached it, an autograd.Function's with zeros for the outputs none reached, so an input gets none
     unless some output's gradient arrives with an edge path sending one from it to the input (a built-in node
-    sending none for a gradient that did not arrive makes this a bound: no gradient arrived, none is sent)."""
+    sending none for a gradient that did not arrive makes this a bound: no gradient arrived, none is sent).
 
-    def __init__(self, roots: Sequence[Any]) -> None:
-        self._roots = roots
+    The edges of ``outputs`` and ``inputs`` (by position), and the stand-in leaves' and their values' (a gradient
+    reaching a leaf goes on through its value's history, ``_through_stand_ins``), are taken when made: before the
+    backward, which may write memory an autograd.Function's view output is taken from (its history is then refused).
+    """
+
+    def __init__(
+        self,
+        outputs: Mapping[int, torch.Tensor],
+        inputs: Mapping[int, torch.Tensor],
+        stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
+        # (Edges hold their nodes: a node's Python object, and so its id, lives as long as something holds it.)
+        self._roots = {out: _edge_of(tensor) for out, tensor in outputs.items()}
+        self._targets = {i: _edge_of(tensor) for i, tensor in inputs.items()} if outputs else {}
+        bridged = [(_edge_of(leaf), _edge_of(value)) for leaf, value in stand_ins if outputs and value.requires_grad]
+        self._bridged = bridged
+        self._bridges = {_edge_key(leaf_edge): value_edge for leaf_edge, value_edge in bridged}
         self._unsent: dict[int, frozenset[int]] = {}  # node -> the edges it sent None along
         self._handles: list[Any] = []
 
@@ -352,56 +369,47 @@ class _GradientsSent:
 
             return record
 
-        self._handles = [
-            node.register_hook(recorder(node)) for node in autograd_nodes(self._roots) if node.next_functions
-        ]
+        roots = [node for node, _ in self._roots.values()]
+        self._handles = [node.register_hook(recorder(node)) for node in autograd_nodes(roots) if node.next_functions]
         return self
 
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
 
-    def reached_from(
-        self,
-        outputs: Mapping[int, torch.Tensor],
-        inputs: Mapping[int, torch.Tensor],
-        stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]] = (),
-    ) -> dict[int, frozenset[int]]:
-        """For each of ``inputs`` (by position), the positions of ``outputs`` a gradient reaches it from; a
-        gradient reaching a stand-in leaf goes on through its value's history (``_through_stand_ins``)."""
-
-        def edge_of(tensor: torch.Tensor) -> tuple[Any, int]:
-            edge = torch.autograd.graph.get_gradient_edge(tensor)
-            return edge.node, edge.output_nr
-
-        bridges = {
-            (id(node), nr): edge_of(value)
-            for leaf, value in stand_ins
-            if value.requires_grad
-            for node, nr in [edge_of(leaf)]
-        }
-        targets = {i: (id(node), nr) for i, tensor in inputs.items() for node, nr in [edge_of(tensor)]}
-        reached: dict[int, set[int]] = {i: set() for i in inputs}
-        for out, tensor in outputs.items():
-            seen: set[tuple[int, int]] = set()
+    def reached_from(self) -> dict[int, frozenset[int]]:
+        """For each input (by position), the positions of the outputs a gradient reaches it from."""
+        reached: dict[int, set[int]] = {i: set() for i in self._targets}
+        for out, root in self._roots.items():
+            seen: dict[tuple[int, int], tuple[Any, int]] = {}  # (holding the nodes)
             expanded: set[int] = set()
-            stack = [edge_of(tensor)]
+            stack = [root]
             while stack:
-                node, nr = stack.pop()
-                if (id(node), nr) in seen:
+                edge = stack.pop()
+                node = edge[0]
+                if _edge_key(edge) in seen:
                     continue
-                seen.add((id(node), nr))
-                if (id(node), nr) in bridges:
-                    stack.append(bridges[id(node), nr])
+                seen[_edge_key(edge)] = edge
+                if _edge_key(edge) in self._bridges:
+                    stack.append(self._bridges[_edge_key(edge)])
                 if id(node) in expanded:
                     continue
                 expanded.add(id(node))
                 unsent = self._unsent.get(id(node), frozenset())
                 stack += [edge for j, edge in enumerate(node.next_functions) if edge[0] is not None and j not in unsent]
-            for i, target in targets.items():
-                if target in seen:
+            for i, target in self._targets.items():
+                if _edge_key(target) in seen:
                     reached[i].add(out)
         return {i: frozenset(outs) for i, outs in reached.items()}
+
+
+def _edge_of(tensor: torch.Tensor) -> tuple[Any, int]:
+    edge = torch.autograd.graph.get_gradient_edge(tensor)
+    return edge.node, edge.output_nr
+
+
+def _edge_key(edge: tuple[Any, int]) -> tuple[int, int]:
+    return id(edge[0]), edge[1]
 
 
 def _through_stand_ins(
@@ -415,9 +423,9 @@ def _through_stand_ins(
     pending = list(leaf_grads)
     for k in reversed(range(len(stand_ins))):
         value = stand_ins[k][1]
-        if pending[k] is None or not value.requires_grad:
-            continue
         earlier = [leaf for leaf, _ in stand_ins[:k]]
+        if pending[k] is None or not value.requires_grad or not (inputs or earlier):
+            continue
         more = torch.autograd.grad([value], [*inputs, *earlier], [pending[k]], allow_unused=True, retain_graph=True)
         grads = [_summed(g, m) for g, m in zip(grads, more[: len(inputs)], strict=True)]
         pending[:k] = [_summed(g, m) for g, m in zip(pending[:k], more[len(inputs) :], strict=True)]
