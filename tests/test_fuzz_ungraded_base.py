@@ -4,7 +4,9 @@ made such an input a root of its own, whose no_grad views require grad: outputs 
 The trace's graph inputs, the copies of written inputs and the members of a synthetic base were values whose
 views follow them: a no_grad view written then read raised autograd's 'view created in no_grad mode' error,
 and a view taken in grad mode kept its history to the input after a write (eager's is taken again from the
-base, none); the function now gets a leaf made as eager's in their place (``meta.stand_ins``).
+base, none); the function now gets a leaf made as eager's in their place (``meta.stand_ins``). Returned, such a
+view was described as a non-alias requiring no grad: autograd on the collection's fakes fails to take its history
+again, which collection now runs under ``FreshViews`` for.
 
 Merged with its base (the base written), the input's synthetic base was a view of it, whose history autograd
 takes again from the base needing none once the counter moves (set early, before the compiled call): its
@@ -95,6 +97,14 @@ def _grad_mode_view_written(x, *rest):
     return v * 1, x * 1
 
 
+def _grad_mode_view_returned_then_written(x, *rest):
+    """Eager's view requires grad, its history taken again from the base after the write (no edge)."""
+    v = x[1:]
+    with torch.no_grad():
+        x.mul_(2)
+    return v, x * 1
+
+
 def _no_grad_view_written_in_grad_mode(x, *rest):
     with torch.no_grad():
         v = x[1:3]
@@ -171,6 +181,7 @@ FUNCTIONS = {
     "no_grad_view_written": _no_grad_view_written,
     "grad_mode_view_then_written": _grad_mode_view_then_written,
     "grad_mode_view_written": _grad_mode_view_written,
+    "grad_mode_view_returned_then_written": _grad_mode_view_returned_then_written,
     "no_grad_view_written_in_grad_mode": _no_grad_view_written_in_grad_mode,
     "no_grad_view_written_read_with_input": _no_grad_view_written_read_with_input,
     "written_through_detach_then_saved": _written_through_detach_then_saved,
