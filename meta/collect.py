@@ -49,6 +49,7 @@ from meta.storage import (
     fake_inputs,
     has_version_counter,
     intersect,
+    leaf_of_ungraded_base,
     offset_of,
     storage_extent,
     storage_key,
@@ -154,7 +155,10 @@ def collect_meta(
                 raise
             needs_fresh_views = True
             continue
-        if not needs_fresh_views and any(w.metadata_only for w in recorder.writes):
+        # A view of an input the caller made a leaf by requires_grad_() on a view of a base requiring none, once
+        # the memory is written: autograd on fakes fails to take its history again (``FreshViews._of_leaf_views``).
+        leaf_views_written = recorder.writes and any(leaf_of_ungraded_base(arg) for arg in flat_args)
+        if not needs_fresh_views and (any(w.metadata_only for w in recorder.writes) or leaf_views_written):
             needs_fresh_views = True
             continue
         if in_inference_mode and not watched and any(fake.requires_grad for fake in fakes):

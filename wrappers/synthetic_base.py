@@ -26,7 +26,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
-from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
+from meta.stand_ins import leaf_standing_for
+from meta.storage import clone_at_offset, leaf_of_ungraded_base, overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -134,6 +135,11 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
     # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
     # would refuse the history an enable_grad region of the function reads.
     with torch.enable_grad():
+        if source.requires_grad and source.grad_fn is None and source._base is not None:
+            # A leaf view of a base needing none: autograd takes a view's history again from that base once the
+            # counter moves (the layers below set it early), and the gradient would stop there. An alias of no
+            # view, whose gradient goes to the leaf, is the root the base's history is taken again from.
+            source = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
         return source.as_strided((end - start,), (1,), start)
 
 
@@ -295,6 +301,9 @@ class SyntheticBase:
         self._rerouted = rerouted
         own_leaves = {m for m in rerouted if args[m].grad_fn is None}
         self._own_leaves = own_leaves
+        # Eager's views of these follow the base requiring none they are leaf views of, not the leaf; a member's
+        # would follow the base's copy (``meta.stand_ins``).
+        ungraded = {m for cluster in clusters for m in cluster.members if leaf_of_ungraded_base(args[m])}
         first_rerouted = len(plain) + len(clusters)
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
@@ -327,11 +336,13 @@ class SyntheticBase:
                             own = inner_args[first_rerouted + rerouted.index(m)]
                             if m in own_leaves:  # its gradient covers its own elements
                                 working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
-                                continue
-                            # The base's memory with the member's own history (its root over the same span):
-                            # views of it, as_strided ones too, reach every element the member's root has there.
-                            own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
-                            working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
+                            else:
+                                # The base's memory with the member's own history (its root over the same span):
+                                # views of it, as_strided ones too, reach every element the member's root has there.
+                                own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                                working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
+                        if m in ungraded:
+                            working[m] = leaf_standing_for(working[m])
             outs = list(flat_fn(*working))
             new_values = [
                 copy if m is None else working[m]
