@@ -22,7 +22,14 @@ from meta.storage import storage_extent
 from meta.symbolic import span_end
 from meta.versions import uncounted
 
-__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "base_as_strided_onto", "history_taken_again"]
+__all__ = [
+    "STORAGE_SET_OPS",
+    "StorageOwners",
+    "StorageSetsOntoTensors",
+    "base_as_strided_onto",
+    "history_taken_again",
+    "stands_for_as_strided",
+]
 
 _aten = torch.ops.aten
 STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
@@ -113,6 +120,12 @@ class _RecordedAsStrided(torch.autograd.Function):
         positions = torch.arange(ctx.numel, device=grad.device).as_strided(*ctx.geometry)
         storage = grad.new_zeros(ctx.numel).index_add_(0, positions.reshape(-1), grad.reshape(-1))
         return storage.as_strided(*ctx.base_geometry), None, None
+
+
+def stands_for_as_strided(grad_fn: Any) -> bool:
+    """Whether ``grad_fn`` is ``_RecordedAsStrided``'s node: eager's ``AsStridedBackward0`` of a view, no user's
+    autograd.Function."""
+    return getattr(type(grad_fn), "_forward_cls", None) is _RecordedAsStrided
 
 
 def _reach(geometry: tuple[Any, Any, Any]) -> int:

@@ -1,0 +1,65 @@
+"""Fuzzer classes of ``set_()`` of seed 24 (``benchmarks/fuzz_findings.md``), each with variants of its class
+(view kinds, offsets, grad modes); eager is the oracle (``tests/oracle.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import MODES, check_in_mode
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# Program 840: a view of a leaf requiring grad set_() under no_grad onto a larger tensor, then viewed and returned.
+# Eager takes the input's history again from its base by strides, reaching past the base's storage; the stand-in
+# for that history is an autograd.Function, so the output was taken for a Function's view and replayed from the
+# input before the caller's tensor moved (was: setStorage out of bounds).
+def _onto_larger_clone_then_unsqueeze(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    return (a0.unsqueeze(0),)
+
+
+def _onto_larger_clone_then_slice_and_t(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    return a0[1:], a0.t(), a0 * 2
+
+
+def _onto_larger_input_then_view(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.detach())
+    return (a0.view(-1), a1)
+
+
+def _expanded_leaf_and_larger():
+    g = _gen()
+    return torch.randn(1, 4, generator=g).requires_grad_().expand(2, 4), torch.randn(3, 4, generator=g).requires_grad_()
+
+
+def _leaf_row_and_larger():
+    g = _gen()
+    return torch.randn(2, 4, generator=g).requires_grad_()[1:], torch.randn(3, 4, generator=g).requires_grad_()
+
+
+def _leaf_column_and_larger():
+    g = _gen()
+    return torch.randn(4, 2, generator=g).requires_grad_().t()[1:], torch.randn(3, 4, generator=g)
+
+
+MOVED_PAST_BASE = {
+    "onto_larger_clone_then_unsqueeze_expanded": (_onto_larger_clone_then_unsqueeze, _expanded_leaf_and_larger),
+    "onto_larger_clone_then_unsqueeze_row": (_onto_larger_clone_then_unsqueeze, _leaf_row_and_larger),
+    "onto_larger_clone_then_slice_and_t": (_onto_larger_clone_then_slice_and_t, _leaf_row_and_larger),
+    "onto_larger_clone_then_slice_and_t_column": (_onto_larger_clone_then_slice_and_t, _leaf_column_and_larger),
+    "onto_larger_input_then_view": (_onto_larger_input_then_view, _leaf_row_and_larger),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(MOVED_PAST_BASE))
+def test_moved_past_base_then_viewed(name, mode):
+    check_in_mode(*MOVED_PAST_BASE[name], mode)
