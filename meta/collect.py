@@ -449,9 +449,11 @@ def collect_meta(
             # A view of an intermediate set_() onto other memory since: the graph's final value of it is not the
             # memory the view sits on. The graph computes the view; eager's _base is a tensor the caller never
             # gets, or none (made under inference mode); a returned one the compiled call cannot make its base.
-            if id(root) in first_position and not CALLER_IN_INFERENCE_MODE.get():
+            # A detach()/.data alias is no view: eager's has no _base at all, nor is it tied to the returned one.
+            view = out._base is not None
+            if view and id(root) in first_position and not CALLER_IN_INFERENCE_MODE.get():
                 _refuse_moved_after_views(first_position[id(root)], _memory_of(root, input_storage, names))
-            output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=view))
             continue
         # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
         # have changed in place since the first step was taken.

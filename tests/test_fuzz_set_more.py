@@ -63,3 +63,73 @@ MOVED_PAST_BASE = {
 @pytest.mark.parametrize("name", sorted(MOVED_PAST_BASE))
 def test_moved_past_base_then_viewed(name, mode):
     check_in_mode(*MOVED_PAST_BASE[name], mode)
+
+
+# Program 1064: a detach()/.data alias of an intermediate, returned after set_() moved the intermediate to other
+# memory. Eager's alias is no view (no _base) and keeps the old memory; it was returned as a view of itself, as a
+# view of a moved intermediate is (its _base a tensor the caller never gets), or refused where the moved
+# intermediate was returned too.
+def _detach_then_set_onto_input_storage(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.detach()
+    v1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (v2,)
+
+
+def _data_then_set_onto_input_storage(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.data
+    v1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (v2,)
+
+
+def _detach_then_set_onto_input_under_no_grad(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(a0.detach())
+    return v2, v2 + 1
+
+
+def _detach_then_set_onto_made_both_returned(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(torch.zeros(5))
+    return v2, v1
+
+
+def _detach_then_set_onto_clone_then_written(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(a0.detach().clone())
+    v2.mul_(3)
+    return v2, v1
+
+
+def _non_leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_() * 1,)
+
+
+def _plain_3x4():
+    return (torch.randn(3, 4, generator=_gen()),)
+
+
+DETACHED_THEN_MOVED = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "detach_then_set_onto_input_storage": _detach_then_set_onto_input_storage,
+        "data_then_set_onto_input_storage": _data_then_set_onto_input_storage,
+        "detach_then_set_onto_input_under_no_grad": _detach_then_set_onto_input_under_no_grad,
+        "detach_then_set_onto_made_both_returned": _detach_then_set_onto_made_both_returned,
+        "detach_then_set_onto_clone_then_written": _detach_then_set_onto_clone_then_written,
+    }.items()
+    for kind, make in (("non_leaf", _non_leaf_3x4), ("plain", _plain_3x4))
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(DETACHED_THEN_MOVED))
+def test_detached_alias_of_moved_intermediate(name, mode):
+    check_in_mode(*DETACHED_THEN_MOVED[name], mode)
