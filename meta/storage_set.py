@@ -39,13 +39,23 @@ class StorageOwners:
     """The tensors a program saw, by (storage, dtype): who a storage set_() onto is taken from."""
 
     def __init__(self, tensors: Iterable[Any] = ()) -> None:
-        self._owners: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        # Every tensor seen on each: a set_() since may have moved one off it (``a1.set_(a2)`` of two views).
+        # (By id, in the order last seen.)
+        self._owners: dict[tuple[int, torch.dtype], dict[int, torch.Tensor]] = {}
         self.note(tensors)
 
     def note(self, values: Iterable[Any]) -> None:
         for value in tree_flatten(list(values))[0]:
             if isinstance(value, torch.Tensor) and value.layout == torch.strided:
-                self._owners[(int(value.untyped_storage()._cdata), value.dtype)] = value
+                owners = self._owners.setdefault((int(value.untyped_storage()._cdata), value.dtype), {})
+                owners.pop(id(value), None)
+                owners[id(value)] = value
+
+    def _owner(self, storage: Any, dtype: torch.dtype) -> torch.Tensor | None:
+        """The tensor last seen on ``storage`` (in ``dtype``) that still sits on it."""
+        key = int(storage._cdata)
+        owners = self._owners.get((key, dtype), {})
+        return next((t for t in reversed(owners.values()) if int(t.untyped_storage()._cdata) == key), None)
 
     def as_tensor_set(self, func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
         """``func(*args, **kwargs)``, a ``set_()`` onto a storage of a known tensor, as ``set_.source_Tensor``;
@@ -53,7 +63,7 @@ class StorageOwners:
         if func not in STORAGE_SET_OPS:
             return func, args, kwargs
         target, storage = args[0], args[1]
-        owner = self._owners.get((int(storage._cdata), target.dtype))
+        owner = self._owner(storage, target.dtype)
         if owner is None:
             return func, args, kwargs
         bound = dict(zip(("storage_offset", "size", "stride"), args[2:], strict=False)) | kwargs

@@ -133,3 +133,77 @@ DETACHED_THEN_MOVED = {
 @pytest.mark.parametrize("name", sorted(DETACHED_THEN_MOVED))
 def test_detached_alias_of_moved_intermediate(name, mode):
     check_in_mode(*DETACHED_THEN_MOVED[name], mode)
+
+
+# Program 252: ``set_(storage, offset, size, stride)`` onto the storage of two views, one of which set_() moved off it
+# before. The storage form is traced as a set_() onto a tensor on that storage: the one seen last, which the earlier
+# set_() had moved to other memory (was: the target landed in that other memory, silently wrong values).
+def _onto_own_storage_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+    a0.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    a0.requires_grad_()
+    return (sum(t.real.sum() for t in (a0, a1, a2)),)
+
+
+def _onto_own_storage_restrided_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+        a0.set_(a0.untyped_storage(), a0.storage_offset() + 1, (2, 2), (1, 2))
+    return a0 * 2, a1 * 1
+
+
+def _onto_view_storage_after_its_base_moved(a0, a1, a2):
+    v = a1[1:]
+    with torch.no_grad():
+        a1.set_(a2.detach().clone())
+        a0.set_(v.untyped_storage(), 0, (4,), (1,))
+    return a0 * 2, a1 + 1, v * 1
+
+
+def _other_onto_storage_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+        a2.set_(a0.untyped_storage(), 1, (3,), (3,))
+    return a0 + 0, a1 * 1, a2 * 3
+
+
+def _two_views_and_a_leaf_view_complex():
+    g = _gen()
+    s0 = torch.randn(24, generator=g, dtype=torch.complex64)
+    s1 = torch.randn(24, generator=g, dtype=torch.complex64).requires_grad_()
+    return s0[2:8].view(2, 3), s0[3:9:2], s1[1:7:2]
+
+
+def _two_views_and_a_view():
+    g = _gen()
+    s0 = torch.randn(24, generator=g)
+    return s0[2:8].view(2, 3), s0[3:9:2], torch.randn(24, generator=g)[1:7:2]
+
+
+def _two_views_of_a_non_leaf_and_a_leaf_view():
+    g = _gen()
+    s0 = torch.randn(24, generator=g).requires_grad_() * 1
+    return s0[2:8].view(2, 3), s0[3:9:2], torch.randn(24, generator=g).requires_grad_()[1:7:2]
+
+
+ONTO_STORAGE_AFTER_MOVE = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "onto_own_storage_after_sharer_moved": _onto_own_storage_after_sharer_moved,
+        "onto_own_storage_restrided_after_sharer_moved": _onto_own_storage_restrided_after_sharer_moved,
+        "onto_view_storage_after_its_base_moved": _onto_view_storage_after_its_base_moved,
+        "other_onto_storage_after_sharer_moved": _other_onto_storage_after_sharer_moved,
+    }.items()
+    for kind, make in (
+        ("complex", _two_views_and_a_leaf_view_complex),
+        ("plain", _two_views_and_a_view),
+        ("non_leaf", _two_views_of_a_non_leaf_and_a_leaf_view),
+    )
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(ONTO_STORAGE_AFTER_MOVE))
+def test_onto_storage_a_sharer_moved_off(name, mode):
+    check_in_mode(*ONTO_STORAGE_AFTER_MOVE[name], mode)
