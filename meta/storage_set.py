@@ -28,6 +28,7 @@ __all__ = [
     "StorageSetsOntoTensors",
     "base_as_strided_onto",
     "history_taken_again",
+    "recorded_as_strided",
     "stands_for_as_strided",
 ]
 
@@ -111,6 +112,15 @@ def base_as_strided_onto(base: torch.Tensor, memory: torch.Tensor, geometry: tup
     with uncounted(fresh), torch.no_grad():  # it writes nothing
         fresh.set_(memory)  # type: ignore[call-overload]
     return fresh
+
+
+def recorded_as_strided(base: torch.Tensor, geometry: tuple[Any, Any, Any]) -> torch.Tensor:
+    """``base.as_strided(*geometry)``'s memory and gradient, as no view: the history is the Function's, never
+    taken again when a counter moves (for a view of a leaf view, autograd takes it again from the leaf's base)."""
+    with torch.no_grad():
+        alias = base.detach().as_strided(*geometry)
+    out: torch.Tensor = _RecordedAsStrided.apply(base, alias, geometry)  # type: ignore[no-untyped-call]
+    return out
 
 
 class _RecordedAsStrided(torch.autograd.Function):

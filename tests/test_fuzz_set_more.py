@@ -207,3 +207,43 @@ ONTO_STORAGE_AFTER_MOVE = {
 @pytest.mark.parametrize("name", sorted(ONTO_STORAGE_AFTER_MOVE))
 def test_onto_storage_a_sharer_moved_off(name, mode):
     check_in_mode(*ONTO_STORAGE_AFTER_MOVE[name], mode)
+
+
+# Found beside program 973: a leaf view written under no_grad, then read at absolute offsets (or set_() onto): the
+# synthetic base taken from the leaf view was a view of the leaf's base, whose history autograd took again from
+# that base (needing no grad, reaching nothing) once the runtime's counters moved: the leaf got no gradient.
+def _view_of_plain_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+def _leaf_view_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2).requires_grad_(), torch.randn(5, generator=g)
+
+
+def _leaf_view_written_then_as_strided(a0, a1):
+    with torch.no_grad():
+        a0.fill_(2.0)
+    v = a0.as_strided((2,), (1,), 6)
+    return (v.sum() + a0.sum(),)
+
+
+def _made_leaf_view_written_then_as_strided(a0, a1):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.mul_(2.0)
+    v = a0.as_strided((3,), (2,), 5)
+    return v * a1[:3], a0 + 1
+
+
+LEAF_VIEW_ON_SYNTHETIC_BASE = {
+    "leaf_view_written_then_as_strided": (_leaf_view_written_then_as_strided, _leaf_view_and_plain),
+    "made_leaf_view_written_then_as_strided": (_made_leaf_view_written_then_as_strided, _view_of_plain_and_plain),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(LEAF_VIEW_ON_SYNTHETIC_BASE))
+def test_leaf_view_on_synthetic_base(name, mode):
+    check_in_mode(*LEAF_VIEW_ON_SYNTHETIC_BASE[name], mode)

@@ -91,13 +91,8 @@ _WRITTEN_NO_GRAD_VIEW = (
     "requires grad there, unlike eager's, and the trace refuses reading it after the in-place write (autograd's "
     "'view created in no_grad mode ... modified inplace' error) where eager computes"
 )
-_BASE_WRITTEN = (
-    "the synthetic base merging the input with its written base requires no grad (the base requires none): the "
-    "input regenerated as its view loses the requires_grad_() the caller set, its gradient comes back None"
-)
 KNOWN_WRONG = {
     **{(f"no_grad_view_written-{inputs}", "training"): _WRITTEN_NO_GRAD_VIEW for inputs in INPUTS},
-    ("base_written-with_its_base", "training"): _BASE_WRITTEN,
 }
 
 

@@ -27,6 +27,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
 from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
+from meta.storage_set import recorded_as_strided
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -132,6 +133,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
     # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
     # would refuse the history an enable_grad region of the function reads.
     with torch.enable_grad():
+        if source.requires_grad and source._base is not None and source.is_leaf:
+            # A leaf view: a view of it is a view of its base (needing no grad), from which autograd takes the
+            # history again, reaching nothing, once the counter moves (as the runtime's counters move it first).
+            return recorded_as_strided(source, ((end - start,), (1,), start))
         return source.as_strided((end - start,), (1,), start)
 
 
