@@ -209,6 +209,94 @@ def test_onto_storage_a_sharer_moved_off(name, mode):
     check_in_mode(*ONTO_STORAGE_AFTER_MOVE[name], mode)
 
 
+def _view_of_plain_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+def _leaf_view_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2).requires_grad_(), torch.randn(5, generator=g)
+
+
+# Program 973: set_() onto a view of a leaf view (``requires_grad_()`` on a view of a base needing none), written
+# since. Eager takes that view's history again from the base by strides (reaching nothing); autograd on fakes
+# replays its view ops there, finds no history and fails an internal assert, which set_() (no torch function, so
+# no stand-in) met reading its source's (was: "new_fn INTERNAL ASSERT FAILED" where eager runs).
+def _set_onto_stale_view_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return ()
+
+
+def _set_onto_stale_view_of_leaf_view_returned(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1, a0 * 1
+
+
+def _set_onto_stale_column_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.t()[1]
+    with torch.no_grad():
+        a0.mul_(3.0)
+    a1.set_(v0)
+    return (a0.sum(),)
+
+
+def _set_onto_stale_view_of_view(a0, a1):
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1 * 1, a0 * 1
+
+
+def _set_under_no_grad_onto_stale_view_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0[1:]
+    with torch.no_grad():
+        a0.fill_(2.0)
+        a1.set_(v0)
+    return a1 * 1, a0 * 1
+
+
+def _view_of_plain_and_non_leaf():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g).requires_grad_() * 1
+
+
+# (a1 requiring grad, moved under no_grad onto a0's memory in another geometry: refused, as in test_fuzz_set.)
+STALE_VIEW_OF_LEAF_VIEW = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "set_onto_stale_view_of_leaf_view": _set_onto_stale_view_of_leaf_view,
+        "set_onto_stale_view_of_leaf_view_returned": _set_onto_stale_view_of_leaf_view_returned,
+        "set_onto_stale_column_of_leaf_view": _set_onto_stale_column_of_leaf_view,
+        "set_onto_stale_view_of_view": _set_onto_stale_view_of_view,
+        "set_under_no_grad_onto_stale_view_of_leaf_view": _set_under_no_grad_onto_stale_view_of_leaf_view,
+    }.items()
+    for kind, make in (
+        ("view", _view_of_plain_and_plain),
+        ("leaf_view", _leaf_view_and_plain),
+        ("non_leaf_target", _view_of_plain_and_non_leaf),
+    )
+    if (name, kind) != ("set_under_no_grad_onto_stale_view_of_leaf_view", "non_leaf_target")
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(STALE_VIEW_OF_LEAF_VIEW))
+def test_set_onto_stale_view_of_leaf_view(name, mode):
+    check_in_mode(*STALE_VIEW_OF_LEAF_VIEW[name], mode)
+
+
 # Found beside program 973: a leaf view written under no_grad, then read at absolute offsets (or set_() onto): the
 # synthetic base taken from the leaf view was a view of the leaf's base, whose history autograd took again from
 # that base (needing no grad, reaching nothing) once the runtime's counters moved: the leaf got no gradient.
