@@ -844,7 +844,10 @@ def _new_storages(
     found: list[tuple[str, int] | None] = []
     for fake, (initial_key, _) in zip(fakes, initial_storages, strict=True):
         key = storage_key(fake)
-        inputs = (("input", j) for j, (other_key, _) in enumerate(initial_storages) if other_key == key)
+        # Of the inputs of that memory, one requiring grad first: a set_() autograd recorded is replayed onto it,
+        # and leaves the target requiring grad only where its source (or itself) does, as eager's source did.
+        on_key = [j for j, (other_key, _) in enumerate(initial_storages) if other_key == key]
+        inputs = (("input", j) for j in sorted(on_key, key=lambda j: not fakes[j].requires_grad))
         # Not an input returned (itself, or another one that moved: its memory is found as that input's).
         outputs = (
             ("output", k)

@@ -335,3 +335,67 @@ LEAF_VIEW_ON_SYNTHETIC_BASE = {
 @pytest.mark.parametrize("name", sorted(LEAF_VIEW_ON_SYNTHETIC_BASE))
 def test_leaf_view_on_synthetic_base(name, mode):
     check_in_mode(*LEAF_VIEW_ON_SYNTHETIC_BASE[name], mode)
+
+
+# Found beside program 973: set_() in grad mode onto a view of an input requiring grad whose memory an earlier
+# input needing none shares (its detach(), its base). Replayed onto the memory's first input, the recorded set_()
+# left the caller's tensor needing grad where eager's requires it (set_'s history from the source's).
+def _set_onto_view_of_second_input(d, x, a1):
+    a1.set_(x[1:])
+    return a1, d * 2
+
+
+def _set_onto_view_of_second_input_written(d, x, a1):
+    with torch.no_grad():
+        d.mul_(2)
+    a1.set_(x[1:3])
+    return a1 * 1, x + 0
+
+
+def _set_onto_view_of_made_leaf_view(s, a0, a1):
+    a0.requires_grad_()
+    a1.set_(a0.select(0, 0))
+    return (a1,)
+
+
+def _set_onto_stale_view_of_made_leaf_view(s, a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1, s * 2, a0 * 3
+
+
+def _detached_and_leaf():
+    g = _gen()
+    x = torch.randn(6, generator=g).requires_grad_()
+    return x.detach(), x, torch.randn(5, generator=g)
+
+
+def _detached_and_non_leaf():
+    g = _gen()
+    x = torch.randn(6, generator=g).requires_grad_() * 1
+    return x.detach(), x, torch.randn(5, generator=g)
+
+
+def _base_and_its_view():
+    g = _gen()
+    s0 = torch.randn(9, generator=g)
+    return s0, s0[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+SET_ONTO_SHARED_MEMORY = {
+    "onto_view_of_second_input_leaf": (_set_onto_view_of_second_input, _detached_and_leaf),
+    "onto_view_of_second_input_non_leaf": (_set_onto_view_of_second_input, _detached_and_non_leaf),
+    "onto_view_of_second_input_written_leaf": (_set_onto_view_of_second_input_written, _detached_and_leaf),
+    "onto_view_of_second_input_written_non_leaf": (_set_onto_view_of_second_input_written, _detached_and_non_leaf),
+    "onto_view_of_made_leaf_view": (_set_onto_view_of_made_leaf_view, _base_and_its_view),
+    "onto_stale_view_of_made_leaf_view": (_set_onto_stale_view_of_made_leaf_view, _base_and_its_view),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_SHARED_MEMORY))
+def test_recorded_set_onto_memory_of_several_inputs(name, mode):
+    check_in_mode(*SET_ONTO_SHARED_MEMORY[name], mode)
