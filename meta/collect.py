@@ -457,9 +457,11 @@ def collect_meta(
             # A view of an intermediate set_() onto other memory since: the graph's final value of it is not the
             # memory the view sits on. The graph computes the view; eager's _base is a tensor the caller never
             # gets, or none (made under inference mode); a returned one the compiled call cannot make its base.
-            if id(root) in first_position and not CALLER_IN_INFERENCE_MODE.get():
+            # A detach()/.data alias is no view: eager's has no _base at all, nor is it tied to the returned one.
+            view = out._base is not None
+            if view and id(root) in first_position and not CALLER_IN_INFERENCE_MODE.get():
                 _refuse_moved_after_views(first_position[id(root)], _memory_of(root, input_storage, names))
-            output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
+            output_info.append(info(OutputType.NON_ALIAS, hidden_view=view))
             continue
         # A view of an intermediate: replayed from the graph's final value of it, whose geometry may
         # have changed in place since the first step was taken.
@@ -889,7 +891,10 @@ def _new_storages(
     found: list[tuple[str, int] | None] = []
     for fake, (initial_key, _) in zip(fakes, initial_storages, strict=True):
         key = storage_key(fake)
-        inputs = (("input", j) for j, (other_key, _) in enumerate(initial_storages) if other_key == key)
+        # Of the inputs of that memory, one requiring grad first: a set_() autograd recorded is replayed onto it,
+        # and leaves the target requiring grad only where its source (or itself) does, as eager's source did.
+        on_key = [j for j, (other_key, _) in enumerate(initial_storages) if other_key == key]
+        inputs = (("input", j) for j in sorted(on_key, key=lambda j: not fakes[j].requires_grad))
         # Not an input returned (itself, or another one that moved: its memory is found as that input's).
         outputs = (
             ("output", k)

@@ -12,6 +12,7 @@ from meta.storage import (
     offset_of,
     view_root,
 )
+from meta.storage_set import stands_for_as_strided
 
 __all__ = [
     "aten",
@@ -70,7 +71,10 @@ def history_of(tensor: torch.Tensor) -> Any:
 
 def made_by_custom_function(tensor: torch.Tensor) -> bool:
     try:
-        return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
+        grad_fn = tensor.grad_fn
+        # (Not the Function standing for eager's ``as_strided`` history of a view set_() moved past its base's
+        # storage: that history is a view's, which a view replayed from the moved tensor takes again as eager.)
+        return isinstance(grad_fn, torch.autograd.function.BackwardCFunction) and not stands_for_as_strided(grad_fn)
     except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 

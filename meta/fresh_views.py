@@ -173,6 +173,8 @@ class FreshViews(TorchFunctionMode):
         # Views (by id) taken from a view made a leaf of its own (``requires_grad_()`` on a view of memory
         # needing no grad), and their version then: (the view, that version).
         self._of_leaf_views: dict[int, tuple[torch.Tensor, int]] = {}
+        # Of those, the version each record was last taken again at (``_retake_leaf_view_records``): (view, version).
+        self._leaf_view_records: dict[int, tuple[torch.Tensor, int]] = {}
         # Views (by id) taken from a tensor after its geometry changed, and their version then: autograd's
         # record of them is current until their memory or geometry changes again.
         self._taken_after: dict[int, tuple[torch.Tensor, int]] = {}
@@ -366,6 +368,8 @@ class FreshViews(TorchFunctionMode):
                 self._changed[id(tensor)] = tensor
             else:
                 self._changed_bases[id(tensor)] = tensor
+        if self._of_leaf_views:
+            self._retake_leaf_view_records()
         return out
 
     def _note_kept_history(
@@ -377,6 +381,29 @@ class FreshViews(TorchFunctionMode):
             return  # (a change autograd records dropped the note before the op)
         if not (id(tensor) in self._kept_history and self._kept_history[id(tensor)][0] is tensor):
             self._kept_history[id(tensor)] = (tensor, before)
+
+    def _retake_leaf_view_records(self) -> None:
+        """Take again the record of each view of a leaf view whose memory changed since. Eager takes it from the
+        view's base, which needs no grad: an ``as_strided`` record reaching nothing. Autograd on fakes replays the
+        view ops on that base instead, finds no history and fails an internal assert, which ``set_()`` (never a
+        torch function, so no stand-in from ``fresh``) meets reading its source's. With the base requiring grad
+        for the read alone, the replay succeeds; the stand-ins ``fresh`` gives other ops stay unconnected."""
+        for view, version in list(self._of_leaf_views.values()):
+            base = view._base
+            taken = self._leaf_view_records.get(id(view))
+            if view._version == version or (taken is not None and taken[0] is view and taken[1] == view._version):
+                continue
+            self._leaf_view_records[id(view)] = (view, view._version)
+            if base is None or base.requires_grad or not base.is_leaf or base.is_inference():
+                continue
+            base.requires_grad_()
+            try:
+                with torch.enable_grad():
+                    view.grad_fn  # noqa: B018 -- takes the record again at the current version
+            except RuntimeError:  # eager refuses it too (a view made under no_grad, written since)
+                pass
+            finally:
+                base.requires_grad_(False)
 
     def _note_replayed_stale(self, name: str, args: Any) -> None:
         """Before an in-place view op: note a view of another dtype than its base changed where eager's replay

@@ -22,7 +22,15 @@ from meta.storage import storage_extent
 from meta.symbolic import span_end
 from meta.versions import uncounted
 
-__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "base_as_strided_onto", "history_taken_again"]
+__all__ = [
+    "STORAGE_SET_OPS",
+    "StorageOwners",
+    "StorageSetsOntoTensors",
+    "base_as_strided_onto",
+    "history_taken_again",
+    "recorded_as_strided",
+    "stands_for_as_strided",
+]
 
 _aten = torch.ops.aten
 STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
@@ -32,13 +40,23 @@ class StorageOwners:
     """The tensors a program saw, by (storage, dtype): who a storage set_() onto is taken from."""
 
     def __init__(self, tensors: Iterable[Any] = ()) -> None:
-        self._owners: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        # Every tensor seen on each: a set_() since may have moved one off it (``a1.set_(a2)`` of two views).
+        # (By id, in the order last seen.)
+        self._owners: dict[tuple[int, torch.dtype], dict[int, torch.Tensor]] = {}
         self.note(tensors)
 
     def note(self, values: Iterable[Any]) -> None:
         for value in tree_flatten(list(values))[0]:
             if isinstance(value, torch.Tensor) and value.layout == torch.strided:
-                self._owners[(int(value.untyped_storage()._cdata), value.dtype)] = value
+                owners = self._owners.setdefault((int(value.untyped_storage()._cdata), value.dtype), {})
+                owners.pop(id(value), None)
+                owners[id(value)] = value
+
+    def _owner(self, storage: Any, dtype: torch.dtype) -> torch.Tensor | None:
+        """The tensor last seen on ``storage`` (in ``dtype``) that still sits on it."""
+        key = int(storage._cdata)
+        owners = self._owners.get((key, dtype), {})
+        return next((t for t in reversed(owners.values()) if int(t.untyped_storage()._cdata) == key), None)
 
     def as_tensor_set(self, func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
         """``func(*args, **kwargs)``, a ``set_()`` onto a storage of a known tensor, as ``set_.source_Tensor``;
@@ -46,7 +64,7 @@ class StorageOwners:
         if func not in STORAGE_SET_OPS:
             return func, args, kwargs
         target, storage = args[0], args[1]
-        owner = self._owners.get((int(storage._cdata), target.dtype))
+        owner = self._owner(storage, target.dtype)
         if owner is None:
             return func, args, kwargs
         bound = dict(zip(("storage_offset", "size", "stride"), args[2:], strict=False)) | kwargs
@@ -96,6 +114,15 @@ def base_as_strided_onto(base: torch.Tensor, memory: torch.Tensor, geometry: tup
     return fresh
 
 
+def recorded_as_strided(base: torch.Tensor, geometry: tuple[Any, Any, Any]) -> torch.Tensor:
+    """``base.as_strided(*geometry)``'s memory and gradient, as no view: the history is the Function's, never
+    taken again when a counter moves (for a view of a leaf view, autograd takes it again from the leaf's base)."""
+    with torch.no_grad():
+        alias = base.detach().as_strided(*geometry)
+    out: torch.Tensor = _RecordedAsStrided.apply(base, alias, geometry)  # type: ignore[no-untyped-call]
+    return out
+
+
 class _RecordedAsStrided(torch.autograd.Function):
     """``moved`` (an alias of its memory) differentiated as ``base.as_strided(moved's geometry)`` is: the
     gradient scattered by the view's strides into a zero storage spanning both geometries (overlapping
@@ -113,6 +140,12 @@ class _RecordedAsStrided(torch.autograd.Function):
         positions = torch.arange(ctx.numel, device=grad.device).as_strided(*ctx.geometry)
         storage = grad.new_zeros(ctx.numel).index_add_(0, positions.reshape(-1), grad.reshape(-1))
         return storage.as_strided(*ctx.base_geometry), None, None
+
+
+def stands_for_as_strided(grad_fn: Any) -> bool:
+    """Whether ``grad_fn`` is ``_RecordedAsStrided``'s node: eager's ``AsStridedBackward0`` of a view, no user's
+    autograd.Function."""
+    return getattr(type(grad_fn), "_forward_cls", None) is _RecordedAsStrided
 
 
 def _reach(geometry: tuple[Any, Any, Any]) -> int:

@@ -446,14 +446,6 @@ def test_view_between_two_sets_is_refused(name, kind, requires_grad, mode, reque
                 "(eager runs): the trace raises 'A view was created in inference mode ... modified inplace'",
             )
         )
-    if kind == "view" and requires_grad and name.startswith("made") and name.endswith("no_grad") and mode == "training":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="open: the view input requiring grad moved under no_grad onto a larger made tensor: the runtime "
-                "set_() of its base raises 'setStorage ... out of bounds' (eager runs)",
-            )
-        )
     if kind == "leaf" and requires_grad and not name.endswith("no_grad") and mode == "training":
         pytest.skip("eager refuses set_() on a leaf requiring grad in grad mode")
 

@@ -1,0 +1,401 @@
+"""Fuzzer classes of ``set_()`` of seed 24 (``benchmarks/fuzz_findings.md``), each with variants of its class
+(view kinds, offsets, grad modes); eager is the oracle (``tests/oracle.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.oracle import MODES, check_in_mode
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+# Program 840: a view of a leaf requiring grad set_() under no_grad onto a larger tensor, then viewed and returned.
+# Eager takes the input's history again from its base by strides, reaching past the base's storage; the stand-in
+# for that history is an autograd.Function, so the output was taken for a Function's view and replayed from the
+# input before the caller's tensor moved (was: setStorage out of bounds).
+def _onto_larger_clone_then_unsqueeze(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    return (a0.unsqueeze(0),)
+
+
+def _onto_larger_clone_then_slice_and_t(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.clone())
+    return a0[1:], a0.t(), a0 * 2
+
+
+def _onto_larger_input_then_view(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1.detach())
+    return (a0.view(-1), a1)
+
+
+def _expanded_leaf_and_larger():
+    g = _gen()
+    return torch.randn(1, 4, generator=g).requires_grad_().expand(2, 4), torch.randn(3, 4, generator=g).requires_grad_()
+
+
+def _leaf_row_and_larger():
+    g = _gen()
+    return torch.randn(2, 4, generator=g).requires_grad_()[1:], torch.randn(3, 4, generator=g).requires_grad_()
+
+
+def _leaf_column_and_larger():
+    g = _gen()
+    return torch.randn(4, 2, generator=g).requires_grad_().t()[1:], torch.randn(3, 4, generator=g)
+
+
+MOVED_PAST_BASE = {
+    "onto_larger_clone_then_unsqueeze_expanded": (_onto_larger_clone_then_unsqueeze, _expanded_leaf_and_larger),
+    "onto_larger_clone_then_unsqueeze_row": (_onto_larger_clone_then_unsqueeze, _leaf_row_and_larger),
+    "onto_larger_clone_then_slice_and_t": (_onto_larger_clone_then_slice_and_t, _leaf_row_and_larger),
+    "onto_larger_clone_then_slice_and_t_column": (_onto_larger_clone_then_slice_and_t, _leaf_column_and_larger),
+    "onto_larger_input_then_view": (_onto_larger_input_then_view, _leaf_row_and_larger),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(MOVED_PAST_BASE))
+def test_moved_past_base_then_viewed(name, mode):
+    check_in_mode(*MOVED_PAST_BASE[name], mode)
+
+
+# Program 1064: a detach()/.data alias of an intermediate, returned after set_() moved the intermediate to other
+# memory. Eager's alias is no view (no _base) and keeps the old memory; it was returned as a view of itself, as a
+# view of a moved intermediate is (its _base a tensor the caller never gets), or refused where the moved
+# intermediate was returned too.
+def _detach_then_set_onto_input_storage(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.detach()
+    v1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (v2,)
+
+
+def _data_then_set_onto_input_storage(a0):
+    v1 = a0 @ a0.mT
+    v2 = v1.data
+    v1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (v2,)
+
+
+def _detach_then_set_onto_input_under_no_grad(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(a0.detach())
+    return v2, v2 + 1
+
+
+def _detach_then_set_onto_made_both_returned(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(torch.zeros(5))
+    return v2, v1
+
+
+def _detach_then_set_onto_clone_then_written(a0):
+    v1 = a0 * 2
+    v2 = v1.detach()
+    with torch.no_grad():
+        v1.set_(a0.detach().clone())
+    v2.mul_(3)
+    return v2, v1
+
+
+def _non_leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_() * 1,)
+
+
+def _plain_3x4():
+    return (torch.randn(3, 4, generator=_gen()),)
+
+
+DETACHED_THEN_MOVED = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "detach_then_set_onto_input_storage": _detach_then_set_onto_input_storage,
+        "data_then_set_onto_input_storage": _data_then_set_onto_input_storage,
+        "detach_then_set_onto_input_under_no_grad": _detach_then_set_onto_input_under_no_grad,
+        "detach_then_set_onto_made_both_returned": _detach_then_set_onto_made_both_returned,
+        "detach_then_set_onto_clone_then_written": _detach_then_set_onto_clone_then_written,
+    }.items()
+    for kind, make in (("non_leaf", _non_leaf_3x4), ("plain", _plain_3x4))
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(DETACHED_THEN_MOVED))
+def test_detached_alias_of_moved_intermediate(name, mode):
+    check_in_mode(*DETACHED_THEN_MOVED[name], mode)
+
+
+# Program 252: ``set_(storage, offset, size, stride)`` onto the storage of two views, one of which set_() moved off it
+# before. The storage form is traced as a set_() onto a tensor on that storage: the one seen last, which the earlier
+# set_() had moved to other memory (was: the target landed in that other memory, silently wrong values).
+def _onto_own_storage_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+    a0.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    a0.requires_grad_()
+    return (sum(t.real.sum() for t in (a0, a1, a2)),)
+
+
+def _onto_own_storage_restrided_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+        a0.set_(a0.untyped_storage(), a0.storage_offset() + 1, (2, 2), (1, 2))
+    return a0 * 2, a1 * 1
+
+
+def _onto_view_storage_after_its_base_moved(a0, a1, a2):
+    v = a1[1:]
+    with torch.no_grad():
+        a1.set_(a2.detach().clone())
+        a0.set_(v.untyped_storage(), 0, (4,), (1,))
+    return a0 * 2, a1 + 1, v * 1
+
+
+def _other_onto_storage_after_sharer_moved(a0, a1, a2):
+    with torch.no_grad():
+        a1.set_(a2)
+        a2.set_(a0.untyped_storage(), 1, (3,), (3,))
+    return a0 + 0, a1 * 1, a2 * 3
+
+
+def _two_views_and_a_leaf_view_complex():
+    g = _gen()
+    s0 = torch.randn(24, generator=g, dtype=torch.complex64)
+    s1 = torch.randn(24, generator=g, dtype=torch.complex64).requires_grad_()
+    return s0[2:8].view(2, 3), s0[3:9:2], s1[1:7:2]
+
+
+def _two_views_and_a_view():
+    g = _gen()
+    s0 = torch.randn(24, generator=g)
+    return s0[2:8].view(2, 3), s0[3:9:2], torch.randn(24, generator=g)[1:7:2]
+
+
+def _two_views_of_a_non_leaf_and_a_leaf_view():
+    g = _gen()
+    s0 = torch.randn(24, generator=g).requires_grad_() * 1
+    return s0[2:8].view(2, 3), s0[3:9:2], torch.randn(24, generator=g).requires_grad_()[1:7:2]
+
+
+ONTO_STORAGE_AFTER_MOVE = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "onto_own_storage_after_sharer_moved": _onto_own_storage_after_sharer_moved,
+        "onto_own_storage_restrided_after_sharer_moved": _onto_own_storage_restrided_after_sharer_moved,
+        "onto_view_storage_after_its_base_moved": _onto_view_storage_after_its_base_moved,
+        "other_onto_storage_after_sharer_moved": _other_onto_storage_after_sharer_moved,
+    }.items()
+    for kind, make in (
+        ("complex", _two_views_and_a_leaf_view_complex),
+        ("plain", _two_views_and_a_view),
+        ("non_leaf", _two_views_of_a_non_leaf_and_a_leaf_view),
+    )
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(ONTO_STORAGE_AFTER_MOVE))
+def test_onto_storage_a_sharer_moved_off(name, mode):
+    check_in_mode(*ONTO_STORAGE_AFTER_MOVE[name], mode)
+
+
+def _view_of_plain_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+def _leaf_view_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2).requires_grad_(), torch.randn(5, generator=g)
+
+
+# Program 973: set_() onto a view of a leaf view (``requires_grad_()`` on a view of a base needing none), written
+# since. Eager takes that view's history again from the base by strides (reaching nothing); autograd on fakes
+# replays its view ops there, finds no history and fails an internal assert, which set_() (no torch function, so
+# no stand-in) met reading its source's (was: "new_fn INTERNAL ASSERT FAILED" where eager runs).
+def _set_onto_stale_view_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return ()
+
+
+def _set_onto_stale_view_of_leaf_view_returned(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1, a0 * 1
+
+
+def _set_onto_stale_column_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.t()[1]
+    with torch.no_grad():
+        a0.mul_(3.0)
+    a1.set_(v0)
+    return (a0.sum(),)
+
+
+def _set_onto_stale_view_of_view(a0, a1):
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1 * 1, a0 * 1
+
+
+def _set_under_no_grad_onto_stale_view_of_leaf_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0[1:]
+    with torch.no_grad():
+        a0.fill_(2.0)
+        a1.set_(v0)
+    return a1 * 1, a0 * 1
+
+
+def _view_of_plain_and_non_leaf():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g).requires_grad_() * 1
+
+
+# (a1 requiring grad, moved under no_grad onto a0's memory in another geometry: refused, as in test_fuzz_set.)
+STALE_VIEW_OF_LEAF_VIEW = {
+    f"{name}_{kind}": (fn, make)
+    for name, fn in {
+        "set_onto_stale_view_of_leaf_view": _set_onto_stale_view_of_leaf_view,
+        "set_onto_stale_view_of_leaf_view_returned": _set_onto_stale_view_of_leaf_view_returned,
+        "set_onto_stale_column_of_leaf_view": _set_onto_stale_column_of_leaf_view,
+        "set_onto_stale_view_of_view": _set_onto_stale_view_of_view,
+        "set_under_no_grad_onto_stale_view_of_leaf_view": _set_under_no_grad_onto_stale_view_of_leaf_view,
+    }.items()
+    for kind, make in (
+        ("view", _view_of_plain_and_plain),
+        ("leaf_view", _leaf_view_and_plain),
+        ("non_leaf_target", _view_of_plain_and_non_leaf),
+    )
+    if (name, kind) != ("set_under_no_grad_onto_stale_view_of_leaf_view", "non_leaf_target")
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(STALE_VIEW_OF_LEAF_VIEW))
+def test_set_onto_stale_view_of_leaf_view(name, mode):
+    check_in_mode(*STALE_VIEW_OF_LEAF_VIEW[name], mode)
+
+
+# Found beside program 973: a leaf view written under no_grad, then read at absolute offsets (or set_() onto): the
+# synthetic base taken from the leaf view was a view of the leaf's base, whose history autograd took again from
+# that base (needing no grad, reaching nothing) once the runtime's counters moved: the leaf got no gradient.
+def _view_of_plain_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+def _leaf_view_and_plain():
+    g = _gen()
+    return torch.randn(9, generator=g)[5:9].view(2, 2).requires_grad_(), torch.randn(5, generator=g)
+
+
+def _leaf_view_written_then_as_strided(a0, a1):
+    with torch.no_grad():
+        a0.fill_(2.0)
+    v = a0.as_strided((2,), (1,), 6)
+    return (v.sum() + a0.sum(),)
+
+
+def _made_leaf_view_written_then_as_strided(a0, a1):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.mul_(2.0)
+    v = a0.as_strided((3,), (2,), 5)
+    return v * a1[:3], a0 + 1
+
+
+LEAF_VIEW_ON_SYNTHETIC_BASE = {
+    "leaf_view_written_then_as_strided": (_leaf_view_written_then_as_strided, _leaf_view_and_plain),
+    "made_leaf_view_written_then_as_strided": (_made_leaf_view_written_then_as_strided, _view_of_plain_and_plain),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(LEAF_VIEW_ON_SYNTHETIC_BASE))
+def test_leaf_view_on_synthetic_base(name, mode):
+    check_in_mode(*LEAF_VIEW_ON_SYNTHETIC_BASE[name], mode)
+
+
+# Found beside program 973: set_() in grad mode onto a view of an input requiring grad whose memory an earlier
+# input needing none shares (its detach(), its base). Replayed onto the memory's first input, the recorded set_()
+# left the caller's tensor needing grad where eager's requires it (set_'s history from the source's).
+def _set_onto_view_of_second_input(d, x, a1):
+    a1.set_(x[1:])
+    return a1, d * 2
+
+
+def _set_onto_view_of_second_input_written(d, x, a1):
+    with torch.no_grad():
+        d.mul_(2)
+    a1.set_(x[1:3])
+    return a1 * 1, x + 0
+
+
+def _set_onto_view_of_made_leaf_view(s, a0, a1):
+    a0.requires_grad_()
+    a1.set_(a0.select(0, 0))
+    return (a1,)
+
+
+def _set_onto_stale_view_of_made_leaf_view(s, a0, a1):
+    a0.requires_grad_()
+    v0 = a0.select(0, 0)
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a1.set_(v0)
+    return a1, s * 2, a0 * 3
+
+
+def _detached_and_leaf():
+    g = _gen()
+    x = torch.randn(6, generator=g).requires_grad_()
+    return x.detach(), x, torch.randn(5, generator=g)
+
+
+def _detached_and_non_leaf():
+    g = _gen()
+    x = torch.randn(6, generator=g).requires_grad_() * 1
+    return x.detach(), x, torch.randn(5, generator=g)
+
+
+def _base_and_its_view():
+    g = _gen()
+    s0 = torch.randn(9, generator=g)
+    return s0, s0[5:9].view(2, 2), torch.randn(5, generator=g)
+
+
+SET_ONTO_SHARED_MEMORY = {
+    "onto_view_of_second_input_leaf": (_set_onto_view_of_second_input, _detached_and_leaf),
+    "onto_view_of_second_input_non_leaf": (_set_onto_view_of_second_input, _detached_and_non_leaf),
+    "onto_view_of_second_input_written_leaf": (_set_onto_view_of_second_input_written, _detached_and_leaf),
+    "onto_view_of_second_input_written_non_leaf": (_set_onto_view_of_second_input_written, _detached_and_non_leaf),
+    "onto_view_of_made_leaf_view": (_set_onto_view_of_made_leaf_view, _base_and_its_view),
+    "onto_stale_view_of_made_leaf_view": (_set_onto_stale_view_of_made_leaf_view, _base_and_its_view),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_SHARED_MEMORY))
+def test_recorded_set_onto_memory_of_several_inputs(name, mode):
+    check_in_mode(*SET_ONTO_SHARED_MEMORY[name], mode)
