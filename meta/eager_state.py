@@ -12,6 +12,7 @@ from meta.storage import (
     offset_of,
     view_root,
 )
+from meta.storage_set import is_recorded_as_strided
 
 __all__ = [
     "aten",
@@ -69,8 +70,12 @@ def history_of(tensor: torch.Tensor) -> Any:
 
 
 def made_by_custom_function(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s history is an autograd.Function's output. Not the stand-in the fakes record a view's
+    history taken again with where a real ``as_strided`` refuses the geometry: eager's is ``AsStridedBackward0``,
+    a view's, as in the geometries it accepts (a view input set_() under no_grad onto a larger tensor)."""
     try:
-        return isinstance(tensor.grad_fn, torch.autograd.function.BackwardCFunction)
+        grad_fn = tensor.grad_fn
+        return isinstance(grad_fn, torch.autograd.function.BackwardCFunction) and not is_recorded_as_strided(grad_fn)
     except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False
 

@@ -22,7 +22,14 @@ from meta.storage import storage_extent
 from meta.symbolic import span_end
 from meta.versions import uncounted
 
-__all__ = ["STORAGE_SET_OPS", "StorageOwners", "StorageSetsOntoTensors", "base_as_strided_onto", "history_taken_again"]
+__all__ = [
+    "STORAGE_SET_OPS",
+    "StorageOwners",
+    "StorageSetsOntoTensors",
+    "base_as_strided_onto",
+    "history_taken_again",
+    "is_recorded_as_strided",
+]
 
 _aten = torch.ops.aten
 STORAGE_SET_OPS = frozenset({_aten.set_.source_Storage, _aten.set_.source_Storage_storage_offset})
@@ -94,6 +101,12 @@ def base_as_strided_onto(base: torch.Tensor, memory: torch.Tensor, geometry: tup
     with uncounted(fresh), torch.no_grad():  # it writes nothing
         fresh.set_(memory)  # type: ignore[call-overload]
     return fresh
+
+
+def is_recorded_as_strided(node: Any) -> bool:
+    """Whether the autograd node ``node`` is the one :func:`base_as_strided_onto` records in place of eager's
+    ``AsStridedBackward0``: a view's history, though an autograd.Function's node."""
+    return getattr(node, "_forward_cls", None) is _RecordedAsStrided
 
 
 class _RecordedAsStrided(torch.autograd.Function):
