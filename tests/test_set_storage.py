@@ -17,7 +17,8 @@ import torch
 
 import aot
 from aot.errors import UnsupportedMutationError
-from tests.oracle import check, check_in_mode
+from tests.functions import Identity, ScaledBySaved, ViewOf, WithSign
+from tests.oracle import MODES, check, check_in_mode
 
 
 def _gen() -> torch.Generator:
@@ -520,3 +521,56 @@ def test_view_input_moved_onto_larger_viewed_then_moved_again_is_refused(view):
     fn = _moved_onto_larger_then_viewed(view, False, True)
     with pytest.raises(UnsupportedMutationError, match=r"aten\.set_: output 1"):
         check(fn, lambda: [VIEW_INPUTS["at_offset"](), torch.arange(3.0)])
+
+
+# A leaf input requiring grad reshaped under no_grad, set_() onto other memory, then taken by an autograd.Function:
+# the Function's gradient has the new shape, as eager's accumulator does (the caller's tensor is moved first). Its
+# forward runs under no_grad, so no op collection saw told when it took the leaf: an apply before the move (a
+# gradient of the old shape) could not be told from one after, and the leaf was left unmoved (the backward raised
+# a size mismatch where eager runs). Taken before, after, or both: as eager.
+RESHAPES = {"t": lambda a: a.t_(), "as_strided": lambda a: a.as_strided_((6, 4), (1, 6))}
+SOURCES = {
+    "clone": lambda a, b: a.clone(),
+    "made": lambda a, b: torch.ones(a.shape) * 2,
+    "other": lambda a, b: b.detach(),
+}
+FUNCTIONS = {
+    "identity": lambda a, b: Identity.apply(a) * 2,
+    "view_of": lambda a, b: ViewOf.apply(a) * 3,
+    "scaled_by_saved": lambda a, b: ScaledBySaved.apply(a, b.detach()),
+    "with_sign": lambda a, b: WithSign.apply(a)[0],
+    "identity_of_row": lambda a, b: Identity.apply(a[0]) * 2,
+}
+
+
+def _reshaped_moved_function(reshape: str, source: str, function: str, when: str):
+    def fn(a0, a1):
+        total = a1.sum()
+        if when in ("before", "both"):
+            total = total + FUNCTIONS[function](a0, a1).sum()
+        with torch.no_grad():
+            RESHAPES[reshape](a0)
+            a0.set_(SOURCES[source](a0, a1))
+        if when in ("after", "both"):
+            total = total + FUNCTIONS[function](a0, a1).sum()
+        return (total,)
+
+    return fn
+
+
+def _leaf_4x6_and_6x4():
+    g = _gen()
+    return [torch.randn(4, 6, generator=g).requires_grad_(), torch.randn(6, 4, generator=g).requires_grad_()]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("reshape", sorted(RESHAPES))
+def test_leaf_reshaped_moved_then_function(reshape, source, mode):
+    check_in_mode(_reshaped_moved_function(reshape, source, "identity", "after"), _leaf_4x6_and_6x4, mode)
+
+
+@pytest.mark.parametrize("when", ["after", "before", "both"])
+@pytest.mark.parametrize("function", sorted(FUNCTIONS))
+def test_leaf_reshaped_moved_function_before_or_after(function, when):
+    check_in_mode(_reshaped_moved_function("t", "clone", function, when), _leaf_4x6_and_6x4, "training")
