@@ -141,7 +141,8 @@ def collect_meta(
         calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
         try:
             hooks, reseeds = saved_tensor_hooks_suspended(), Reseeds()
-            with hooks, functions_seen_by_modes(), saves, fake_mode, recorder, calls, fresh, reseeds:
+            functions = functions_seen_by_modes(recorder.note_function_apply)
+            with hooks, functions, saves, fake_mode, recorder, calls, fresh, reseeds:
                 with _unbacked_sizes_unbound(fake_mode):
                     outs = list(flat_fn(*fakes))
             recorder.settle()
@@ -180,9 +181,8 @@ def collect_meta(
             recorder.reshaped_leaves.setdefault(id(fake), 0)  # (its moves began before the set_())
         if not differentiated or id(fake) not in recorder.reshaped_leaves:
             continue
-        # Moved within its own memory, the caller's tensor cannot be moved first beside its old self; an
-        # autograd.Function may have taken the leaf before the move (its gradient then has the old shape).
-        if storage_key(fake) == initial_storages[i][0] or _applied_function_to(fake, outs):
+        # Moved within its own memory, the caller's tensor cannot be moved first beside its old self.
+        if storage_key(fake) == initial_storages[i][0]:
             recorder.set_refusal = recorder.set_refusal or (aten.set_.source_Tensor, fake)
             continue
         reshaped.add(i)
@@ -505,14 +505,14 @@ def _reshaped_then_moved(
     """A leaf input set_() under no_grad onto other memory, ending in another shape than the caller's which a
     geometry change under no_grad gave it and the set_() kept (``ViewRecorder.reshaped_leaves`` has the moves
     a set_() itself reshapes), its final shape differentiated by the outputs and no other before: eager's
-    gradient has that shape, so the caller's tensor is moved first, as for those. (Where an autograd.Function
-    may have taken the leaf, refused for those: left as it was, the backward raising on the shapes.)"""
+    gradient has that shape, so the caller's tensor is moved first, as for those. (An autograd.Function that
+    took the leaf is among the differentiating ops: ``ViewRecorder.note_function_apply``.)"""
     leaf = fake._base is None and fake.requires_grad and is_leaf_safely(fake)
     moved = storage_key(fake) != initial_storage and id(fake) not in recorder.recorded_sets
     # Eager's gradient accumulator has the shape the leaf had when an op first differentiated it: the final one.
     shape = tuple(fake.shape)
     moved = moved and shape != tuple(initial[0]) and recorder.differentiated_leaves.get(id(fake), shape) == shape
-    return leaf and moved and _reaches(fake, outs) and not _applied_function_to(fake, outs)
+    return leaf and moved and _reaches(fake, outs)
 
 
 def _reaches(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
@@ -523,28 +523,6 @@ def _reaches(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
         with contextlib.suppress(Exception):
             roots.append(out.grad_fn)
     return any(getattr(node, "variable", None) is leaf for node in autograd_nodes(roots))
-
-
-def _applied_function_to(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
-    """Whether the outputs' history reaches ``leaf`` through an autograd.Function (no dispatch-level record
-    tells when it took its inputs: its forward runs under no_grad). Conservative: any path through one."""
-    seen: set[tuple[int, bool]] = set()
-    stack: list[tuple[Any, bool]] = []
-    for out in outs:
-        try:
-            stack.append((out.grad_fn, False))
-        except Exception:  # autograd on fakes failing to take a view's history again: judged as reaching it
-            return True
-    while stack:
-        node, through_function = stack.pop()
-        if node is None or (id(node), through_function) in seen:
-            continue
-        seen.add((id(node), through_function))
-        if through_function and getattr(node, "variable", None) is leaf:
-            return True
-        through_function = through_function or isinstance(node, torch.autograd.function.BackwardCFunction)
-        stack.extend((next_node, through_function) for next_node, _ in node.next_functions)
-    return False
 
 
 def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:

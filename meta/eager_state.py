@@ -70,10 +70,11 @@ def history_of(tensor: torch.Tensor) -> Any:
 
 
 def made_by_custom_function(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s history is an autograd.Function's output. Not the stand-in the fakes record a view's
+    history taken again with where a real ``as_strided`` refuses the geometry: eager's is ``AsStridedBackward0``,
+    a view's, as in the geometries it accepts (a view input set_() under no_grad onto a larger tensor)."""
     try:
         grad_fn = tensor.grad_fn
-        # (Not the Function standing for eager's ``as_strided`` history of a view set_() moved past its base's
-        # storage: that history is a view's, which a view replayed from the moved tensor takes again as eager.)
         return isinstance(grad_fn, torch.autograd.function.BackwardCFunction) and not stands_for_as_strided(grad_fn)
     except (RuntimeError, IndexError, ValueError):  # a view whose base changed geometry fails to regenerate its history
         return False

@@ -331,6 +331,13 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
         return out
 
+    def note_function_apply(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """An autograd.Function applied (``functions_seen_by_modes``'s callback): recorded by autograd, it takes
+        the leaves among its arguments in the shape they have now, as an op differentiating them does; no op
+        below autograd tells (its forward runs under no_grad)."""
+        if self._grad_leaves and records():
+            self._note_grad_use([*args, *kwargs.values()], differentiates=True)
+
     def _note_grad_use(self, values: list[Any], differentiates: bool) -> None:
         """Leaf inputs requiring grad that ``values`` (an op's arguments, autograd recording it) are, or are
         views of: their gradient accumulator exists from now on. ``differentiates``: the op is no view."""

@@ -457,14 +457,6 @@ def _t_then_onto_own_clone_then_function(a0):
     return ((Identity.apply(a0) * 2).sum(),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an autograd.Function applied to the leaf after its move: collect cannot tell that it took the leaf after "
-        "the move, not before (its gradient then of the caller's shape), so the caller's tensor is not moved first; "
-        "the compiled gradient has the caller's shape, and the backward raises a size mismatch where eager runs"
-    ),
-)
 def test_leaf_reshaped_then_moved_then_function():
     check_in_mode(_t_then_onto_own_clone_then_function, _leaf_4x6, "training")
 
