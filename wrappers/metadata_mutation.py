@@ -107,6 +107,8 @@ class MetadataMutation:
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
         # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
         self._written_changed: frozenset[DedupedArg] = frozenset()
+        # Their geometry when the call starts (static): views of them returned are replayed from it.
+        self._started_in: dict[DedupedArg, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -133,20 +135,18 @@ class MetadataMutation:
         self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
         # Inputs written with their geometry changed (``_written_with_changes``): the function gets a stand-in that
         # is no view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
-        # (Not one another input is a view of: that view's history is taken again from the stand-in for it,
-        # which ``_view_of_alias`` takes from the alias of a view.)
-        viewed = {base_idx for _, base_idx in views_of_changed}
+        # (Another input that is a view of it is taken again from that stand-in: ``_view_of_alias``.)
         written_changed = frozenset(
             i
             for i in no_views
             if _written_with_changes(meta.input_info[i])
             and torch.is_grad_enabled()
-            and _views_taken_at_the_end(meta, i)
-            and i not in viewed
+            and _views_replayable_at_the_end(meta, i, outer.args[i])
             and _static_final_geometry(meta.input_info[i])
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        self._started_in = {i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride())) for i in written_changed}
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -234,7 +234,7 @@ class MetadataMutation:
                 working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
                 setattr(working[arg_idx], STANDS_FOR_LEAF, meta.input_info[arg_idx].is_leaf)
             for view_idx, base_idx in views_of_changed:
-                working[view_idx] = _view_of_alias(args[view_idx], working[base_idx])
+                working[view_idx] = _view_of_alias(args[view_idx], working[base_idx], base_idx in written_changed)
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
@@ -363,7 +363,7 @@ class MetadataMutation:
         kept_history = self._kept_history
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
-        written_changed = self._written_changed
+        written_changed, started_in = self._written_changed, self._started_in
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -504,8 +504,8 @@ class MetadataMutation:
                 # history as eager's does.
                 at = counters.before_of(before, base)
                 chain = out_info.view_chain
-                if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
-                    chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                if base in written_changed:  # the caller's tensor has its final geometry now
+                    chain = (_from_final_geometry(chain[0], meta.input_info[base], started_in[base]), *chain[1:])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -639,15 +639,35 @@ def _elements_reached_change(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     return any(span(*step[:3]) != first for step in steps)
 
 
-def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
-    """Whether every output that is a view of input ``arg_idx`` was taken in its final geometry, which the caller's
-    tensor has once restrided: replayed on it then, without the first step's ``from_geometry``."""
+def _views_replayable_at_the_end(
+    meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg, arg: torch.Tensor
+) -> bool:
+    """Whether every output that is a view of input ``arg_idx`` can be replayed on the caller's tensor once it is
+    in its final geometry (``_from_final_geometry``): the geometry it was taken in is static."""
+
+    def static(step: ViewStep) -> bool:
+        return not step.runtime_sizes and _static(step.from_geometry or (arg.shape, arg.stride(), 0))
+
     final = meta.input_info[arg_idx].final_metadata
-    return all(
-        bool(info.view_chain) and info.view_chain[0].from_geometry == final
+    return final is not None and _static(final) and all(
+        bool(info.view_chain) and static(info.view_chain[0])
         for info in meta.output_info
         if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
     )
+
+
+def _from_final_geometry(
+    step: ViewStep, info: InputAliasInfo, started_in: tuple[tuple[int, ...], tuple[int, ...]]
+) -> ViewStep:
+    """``step``, the first of a view's chain, replayed on its input in its final geometry: the geometry eager took
+    the view in (the one the call started in, or one between two changes), its offset relative to the final
+    one. Eager's record of a view taken before the last change is then stale, taken again by strides."""
+    final = info.final_metadata
+    assert final is not None
+    taken_in = step.from_geometry or (*started_in, 0)
+    if taken_in == final:
+        return dataclasses.replace(step, from_geometry=None)
+    return dataclasses.replace(step, from_geometry=(taken_in[0], taken_in[1], taken_in[2] - final[2]))
 
 
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
@@ -670,11 +690,13 @@ def _views_of(
     )
 
 
-def _view_of_alias(view: torch.Tensor, alias: torch.Tensor) -> torch.Tensor:
+def _view_of_alias(view: torch.Tensor, alias: torch.Tensor, written_changed: bool) -> torch.Tensor:
     """``view`` taken again from ``alias`` (the function's stand-in for its base): the tracing modes then take
     its history again from the alias once its counter moves, as eager takes it from the base in the base's
-    geometry then. Marked as made where ``view`` was made."""
-    if not getattr(alias, STANDS_FOR_NO_VIEW, False):
+    geometry then. Marked as made where ``view`` was made. ``written_changed``: ``alias`` is a history alias
+    (``_history_alias``, no view) of an input written after its geometry changed, a base autograd itself takes
+    the view's history again from, past its writes and recorded changes, as eager's from the input."""
+    if not written_changed and not getattr(alias, STANDS_FOR_NO_VIEW, False):
         return view  # (a detached alias: no history to take again)
     with torch.enable_grad():
         again = alias.as_strided(view.shape, view.stride(), view.storage_offset())
@@ -987,6 +1009,10 @@ def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]
         offset += relative
     first = dataclasses.replace(first, from_geometry=(size, stride, offset))
     return (first, *chain[1:])
+
+
+def _static(geometry: Any) -> bool:
+    return all(isinstance(v, int) for v in (*geometry[0], *geometry[1], geometry[2]))
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
