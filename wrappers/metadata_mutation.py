@@ -17,7 +17,8 @@ An input requiring grad whose geometry changes where autograd records nothing
 restrided *before* the call: eager differentiates it in its final geometry. In
 grad mode, unwritten, the layers below see it in that geometry and the function
 gets a view of it in the old one, whose later geometry changes take fresh views
-of the input (``_restrided_inside``); written, or under the caller's ``no_grad``,
+of the input (``_restrided_inside``; so too a leaf written unrecorded whose
+geometries only permute its own); written, or under the caller's ``no_grad``,
 the function gets an old-geometry view from outside (``_restrided_first``).
 
 An input the function calls ``requires_grad_()`` on requires grad before the
@@ -169,7 +170,9 @@ class MetadataMutation:
             i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
         )
         self._kept_history = kept_history
-        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        restrided = tuple(
+            i for i in mutated if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+        )
         self._restrided = restrided
         restrided_first = tuple(
             i
@@ -182,6 +185,7 @@ class MetadataMutation:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
         # Each restrided input's geometry when the call starts, its offset relative to the final one.
         started: dict[DedupedArg, tuple[Any, Any, int]] = {}
+        finals = {arg_idx: meta.input_info[arg_idx].final_metadata for arg_idx in restrided}
         for arg_idx in restrided:
             arg, final = outer.args[arg_idx], meta.input_info[arg_idx].final_metadata
             assert final is not None
@@ -273,7 +277,7 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             )
             + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
-            split.inner_output_info([_from_final(info, started) for info in meta.output_info], RestridedArg)
+            split.inner_output_info([_from_final(info, started, finals) for info in meta.output_info], RestridedArg)
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
         )
@@ -649,10 +653,14 @@ def _views_replayable_at_the_end(
         return not step.runtime_sizes and _static(step.from_geometry or (arg.shape, arg.stride(), 0))
 
     final = meta.input_info[arg_idx].final_metadata
-    return final is not None and _static(final) and all(
-        bool(info.view_chain) and static(info.view_chain[0])
-        for info in meta.output_info
-        if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+    return (
+        final is not None
+        and _static(final)
+        and all(
+            bool(info.view_chain) and static(info.view_chain[0])
+            for info in meta.output_info
+            if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+        )
     )
 
 
@@ -930,15 +938,15 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: 
     return info.storage_set_to is None and (info.mutates_data or same_elements)
 
 
-def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
+def _restrided_inside(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: bool) -> bool:
     """An input requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry
     changes where autograd records nothing, never written: its gradient has its final geometry (eager's
     leaf is first differentiated there, a view's history is taken again there), so the layers below get
     it restrided, the function a view of it in the geometry it had. Written, its writes may reach beyond
-    the final geometry: ``_restrided_first``."""
+    the final geometry: ``_restrided_first`` (but see ``_permuted_leaf_written_unrecorded``)."""
     unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
     return (
-        _restrided_inside_allowed(info)
+        (_restrided_inside_allowed(info) or _permuted_leaf_written_unrecorded(info, arg))
         and info.requires_grad
         and unrecorded
         and info.storage_set_to is None
@@ -960,6 +968,24 @@ def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
     differentiated, and views eager took before the change are taken again before the restride, which
     autograd tells apart (their ``grad_fn`` raises, as eager's)."""
     return not info.mutates_data and torch.is_grad_enabled()
+
+
+def _permuted_leaf_written_unrecorded(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """A leaf written where autograd records nothing (under no_grad, through ``detach()``), whose every geometry
+    is a permutation of the one it had, dimensions of size 1 aside (``t_``, ``transpose_``, ``unsqueeze_``): its
+    writes reach no element beyond the final geometry, so it is restrided inside as if unwritten.
+    ``_restrided_first``'s view of the leaf is ``as_strided``, whose backward spreads a gradient evenly over the
+    indices sharing an element (an expanded leaf's); the function's view here stands for the leaf itself once in
+    the final geometry (``STANDS_FOR_LEAF``), index by index as eager's gradient."""
+    if not (info.is_leaf and not info.mutation_visible_to_autograd and torch.is_grad_enabled()):
+        return False
+    steps = info.metadata_steps or ((info.final_metadata,) if info.final_metadata is not None else ())
+
+    def dims(size: Any, stride: Any) -> list[tuple[int, int]]:
+        return sorted((st, sz) for sz, st in zip(size, stride, strict=True) if sz != 1)
+
+    own = dims(arg.shape, arg.stride())
+    return bool(steps) and all(step[2] == 0 and dims(step[0], step[1]) == own for step in steps)
 
 
 def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
@@ -986,25 +1012,32 @@ def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
 
 
 def _from_final(
-    info: OutputAliasInfo[DedupedArg, UserOut], started: dict[DedupedArg, tuple[Any, Any, int]]
+    info: OutputAliasInfo[DedupedArg, UserOut],
+    started: dict[DedupedArg, tuple[Any, Any, int]],
+    finals: dict[DedupedArg, Any],
 ) -> OutputAliasInfo[DedupedArg, UserOut]:
     """A view of a restrided input (or a computed output put on one), taken again from the input in its
-    final geometry."""
+    final geometry (``finals``: each restrided input's)."""
     alias = info.computed_alias
     if alias is not None and alias.base_input in started:
-        chain = _chain_from_final(alias.view_chain, started[alias.base_input])
+        chain = _chain_from_final(alias.view_chain, started[alias.base_input], finals[alias.base_input])
         info = dataclasses.replace(info, computed_alias=dataclasses.replace(alias, view_chain=chain))
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
-    return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
+    chain = _chain_from_final(info.view_chain, started[info.base_input], finals[info.base_input])
+    return dataclasses.replace(info, view_chain=chain)
 
 
-def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int], final: Any) -> tuple[ViewStep, ...]:
     """``chain``, taken from the input's geometry when the call started (``started``: its offset relative to
-    the final one), replayed from the input in its final geometry."""
+    the final one), replayed from the input in its final geometry (``final``, relative to the original)."""
     size, stride, offset = started
     first = chain[0]
     if first.from_geometry is not None:
+        if _static(first.from_geometry) and _static(final) and first.from_geometry == final:
+            # Taken in the final geometry: from the input itself, as eager's (``as_strided`` of a leaf whose
+            # elements share memory, an expanded one's, would spread its gradient over the indices sharing one).
+            return (dataclasses.replace(first, from_geometry=None), *chain[1:])
         size, stride, relative = first.from_geometry
         offset += relative
     first = dataclasses.replace(first, from_geometry=(size, stride, offset))
@@ -1188,6 +1221,11 @@ class _RequiresGradInside(TorchFunctionMode):
             alias: torch.Tensor = torch.ops.aten.alias.default(source)
             return alias
         root = view_root(source)
+        if (value.shape, value.stride(), value.storage_offset()) == (root.shape, root.stride(), root.storage_offset()):
+            # The input itself, in the geometry it was restrided to first: index by index, as eager's leaf
+            # (``as_strided`` of an expanded one would spread a gradient over the indices sharing an element).
+            same: torch.Tensor = torch.ops.aten.alias.default(root)
+            return same
         return root.as_strided(value.shape, value.stride(), value.storage_offset())
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
