@@ -37,6 +37,16 @@ def _non_leaf_and_its_transpose():
     return (x, x.t())
 
 
+def _non_leaf_and_its_diagonal():
+    x = torch.randn(4, 6, generator=_gen()).requires_grad_() * 1
+    return (x, x.diagonal())
+
+
+def _non_leaf_and_its_unsqueeze():
+    x = torch.randn(4, 6, generator=_gen()).requires_grad_() * 1
+    return (x, x.unsqueeze(0))
+
+
 def _non_leaf_and_two_views():
     x = torch.randn(4, 6, generator=_gen()).requires_grad_() * 1
     return (x, x[:, 1], x.view(24)[5:9])
@@ -82,6 +92,44 @@ def _view_input_returned(a0, a1):
     a0.as_strided_((3,), (1,), 7)
     a0.mul_(2)
     return (a0.sum(), a1)
+
+
+def _view_input_doubled_after(a0, a1):
+    a0.as_strided_((1,), (1,), 8)
+    a0.as_strided_((3,), (1,), 7)
+    DoublesInPlace.apply(a0)
+    return (a0.sum(), a1 * 2)
+
+
+def _view_input_read_after_write_under_no_grad(a0, a1):
+    a0.as_strided_((1,), (1,), 8)
+    a0.as_strided_((3,), (1,), 7)
+    a0.mul_(2)
+    with torch.no_grad():
+        a0.add_(1)
+    return (a0.sum(), a1 * 2)
+
+
+def _view_input_written_first(a0, a1):
+    a1.mul_(2)
+    a0.as_strided_((1,), (1,), 8)
+    a0.as_strided_((3,), (1,), 7)
+    a0.mul_(2)
+    return (a0.sum(), a1 * 2)
+
+
+def _view_input_after_t_(a0, a1):
+    # A change of shape alone keeps the view stand-in (``_elements_reached_change``).
+    a0.t_()
+    a0.mul_(2)
+    return (a0.sum(), a1 * 2)
+
+
+def _view_input_and_view_returned(a0, a1):
+    v = a0[2]
+    a0.as_strided_((3,), (2,), 5)
+    a0.add_(1)
+    return (v, a1, a0 * 2)
 
 
 # A view returned, taken before the last change (or before any).
@@ -142,6 +190,15 @@ PROGRAMS = {
     "transposed_input_read_after_doubled": (_transposed_input_read_after_doubled, _non_leaf_and_its_transpose),
     "two_view_inputs_read_after": (_two_view_inputs_read_after, _non_leaf_and_two_views),
     "view_input_returned": (_view_input_returned, _non_leaf_and_its_rows),
+    "diagonal_input_doubled_after": (_view_input_doubled_after, _non_leaf_and_its_diagonal),
+    "unsqueezed_input_read_after_write_under_no_grad": (
+        _view_input_read_after_write_under_no_grad,
+        _non_leaf_and_its_unsqueeze,
+    ),
+    "view_input_written_first": (_view_input_written_first, _non_leaf_and_its_rows),
+    "diagonal_input_written_first": (_view_input_written_first, _non_leaf_and_its_diagonal),
+    "view_input_after_t_": (_view_input_after_t_, _non_leaf_and_its_rows),
+    "unsqueezed_input_and_view_returned": (_view_input_and_view_returned, _non_leaf_and_its_unsqueeze),
     "view_between_changes": (_view_between_changes, _non_leaf_4x6),
     "view_before_changes": (_view_before_changes, _non_leaf_4x6),
     "transpose_between_changes": (_transpose_between_changes, _non_leaf_4x6),
