@@ -587,18 +587,7 @@ PROGRAMS.update(
 )
 
 
-# The stand-in that is no view is given only where nothing else reads the input's history: not where another input
-# is a view of it (``_view_of_alias`` retakes that from an alias of a view), nor where a view of it returned was
-# taken before its last change (replayed on the caller's tensor in its final geometry). Those keep the view
-# stand-in, whose write scatters by the final geometry's strides past the recorded as_strided_() steps.
-_WRITE_AFTER_AS_STRIDED = (
-    "a no-view input as_strided_() twice then written, with a view input of it or a view returned taken before "
-    "the last change: the function still gets a view stand-in, its write a CopySlices past the as_strided_() steps"
-)
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("as_strided_twice_then_mul_with_view_input", "training"): _WRITE_AFTER_AS_STRIDED,
-    ("view_between_as_strided_then_mul_", "training"): _WRITE_AFTER_AS_STRIDED,
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

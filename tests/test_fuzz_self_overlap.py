@@ -70,6 +70,10 @@ def _expanded_leaf():
     return (torch.randn(3, 1, generator=_gen()).expand(3, 4).detach().requires_grad_(),)
 
 
+def _plain_leaf():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_(),)
+
+
 def _expanded_leaf_3d():
     return (torch.randn(2, 1, 3, generator=_gen()).expand(2, 4, 3).detach().requires_grad_(),)
 
@@ -111,11 +115,129 @@ def _unsqueeze_expanded_leaf_then_mul(a0):
     return (a0 * torch.arange(12.0).view(3, 1, 4),)
 
 
+# Written too (under no_grad), its geometries all permutations of the one it had: the leaf is restrided inside, as
+# unwritten, and the function's view stands for it once in the final geometry (its gradient one value per index).
 def _t_and_fill_expanded_leaf_then_mul(a0):
     with torch.no_grad():
         a0.t_()
         a0.fill_(2.0)
     return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+def _fill_and_t_expanded_leaf_then_mul(a0):
+    with torch.no_grad():
+        a0.fill_(2.0)
+        a0.t_()
+    return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+def _t_fill_t_expanded_leaf_then_mul(a0):
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+        a0.t_()
+    return (a0 * torch.arange(12.0).view(3, 4),)
+
+
+def _transpose_and_mul_expanded_leaf_then_mul(a0):
+    with torch.no_grad():
+        a0.transpose_(0, 2)
+        a0.mul_(3)
+    return (a0 * torch.arange(24.0).view(3, 4, 2),)
+
+
+def _unsqueeze_and_fill_expanded_leaf_then_mul(a0):
+    with torch.no_grad():
+        a0.unsqueeze_(1)
+        a0.fill_(2.0)
+    return (a0 * torch.arange(12.0).view(3, 1, 4),)
+
+
+def _t_and_fill_leaf_then_rows(a0):
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (a0[1:] * torch.arange(9.0).view(3, 3),)
+
+
+def _read_then_t_and_fill_leaf(a0):
+    before = a0 * torch.arange(12.0).view(3, 4)
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (before, a0 * torch.arange(12.0).view(4, 3))
+
+
+def _t_and_fill_leaf_then_returned(a0):
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (a0 * torch.arange(12.0).view(4, 3), a0)
+
+
+def _t_and_fill_expanded_leaf_view_taken_before(a0):
+    v0 = a0[:, 1:]
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (v0 * torch.arange(9.0).view(3, 3), a0[0])
+
+
+def _t_expanded_leaf_then_written_through_detach(a0):
+    with torch.no_grad():
+        a0.t_()
+    a0.detach().fill_(2.0)
+    return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+# The function makes it a leaf (``requires_grad_()``), its geometry permuted under no_grad before or after: the
+# stand-in for it once in the geometry it was restrided to first is the input itself, not as_strided of it.
+def _t_then_requires_grad(a0):
+    with torch.no_grad():
+        a0.t_()
+    a0.requires_grad_()
+    return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+def _requires_grad_then_t(a0):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.t_()
+    return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+def _t_and_fill_then_requires_grad(a0):
+    a0.t_()
+    a0.fill_(2.0)
+    a0.requires_grad_()
+    return (a0 * torch.arange(12.0).view(4, 3), a0[1])
+
+
+def _requires_grad_then_t_and_fill(a0):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (a0 * torch.arange(12.0).view(4, 3),)
+
+
+def _expanded():
+    return (torch.randn(3, 1, generator=_gen()).expand(3, 4).detach(),)
+
+
+# A view of the leaf returned, taken in its final geometry: replayed on the restrided leaf itself, not on as_strided
+# of it in that geometry (which spread its gradient over the indices sharing an element).
+def _t_expanded_leaf_then_row_returned(a0):
+    with torch.no_grad():
+        a0.t_()
+    return (a0 * torch.arange(12.0).view(4, 3), a0[1])
+
+
+def _t_and_fill_expanded_leaf_then_row_returned(a0):
+    with torch.no_grad():
+        a0.t_()
+        a0.fill_(2.0)
+    return (a0 * torch.arange(12.0).view(4, 3), a0[1])
 
 
 def _expanded_complex_view():
@@ -158,6 +280,23 @@ PROGRAMS = {
     "imag_unsqueeze_under_no_grad": (_imag_unsqueeze_under_no_grad, _complex_matrix_view),
     "real_as_strided_same_shape_under_no_grad": (_real_as_strided_same_shape_under_no_grad, _complex_matrix_view),
     "t_and_fill_expanded_leaf_then_mul": (_t_and_fill_expanded_leaf_then_mul, _expanded_leaf),
+    "fill_and_t_expanded_leaf_then_mul": (_fill_and_t_expanded_leaf_then_mul, _expanded_leaf),
+    "t_fill_t_expanded_leaf_then_mul": (_t_fill_t_expanded_leaf_then_mul, _expanded_leaf),
+    "transpose_and_mul_expanded_leaf_then_mul": (_transpose_and_mul_expanded_leaf_then_mul, _expanded_leaf_3d),
+    "unsqueeze_and_fill_expanded_leaf_then_mul": (_unsqueeze_and_fill_expanded_leaf_then_mul, _expanded_leaf),
+    "t_and_fill_expanded_leaf_then_rows": (_t_and_fill_leaf_then_rows, _expanded_leaf),
+    "t_and_fill_plain_leaf_then_rows": (_t_and_fill_leaf_then_rows, _plain_leaf),
+    "read_then_t_and_fill_expanded_leaf": (_read_then_t_and_fill_leaf, _expanded_leaf),
+    "read_then_t_and_fill_plain_leaf": (_read_then_t_and_fill_leaf, _plain_leaf),
+    "t_and_fill_expanded_leaf_then_returned": (_t_and_fill_leaf_then_returned, _expanded_leaf),
+    "t_expanded_leaf_then_row_returned": (_t_expanded_leaf_then_row_returned, _expanded_leaf),
+    "t_and_fill_expanded_leaf_view_taken_before": (_t_and_fill_expanded_leaf_view_taken_before, _expanded_leaf),
+    "t_expanded_leaf_then_written_through_detach": (_t_expanded_leaf_then_written_through_detach, _expanded_leaf),
+    "t_then_requires_grad_expanded": (_t_then_requires_grad, _expanded),
+    "requires_grad_then_t_expanded": (_requires_grad_then_t, _expanded),
+    "t_and_fill_then_requires_grad_expanded": (_t_and_fill_then_requires_grad, _expanded),
+    "requires_grad_then_t_and_fill_expanded": (_requires_grad_then_t_and_fill, _expanded),
+    "t_and_fill_expanded_leaf_then_row_returned": (_t_and_fill_expanded_leaf_then_row_returned, _expanded_leaf),
     "t_expanded_leaf_then_matmul_under_autocast": (
         _t_expanded_leaf_then_matmul_under_autocast,
         _view_and_expanded_leaf,
@@ -174,18 +313,7 @@ PROGRAMS = {
 }
 
 # Strict xfails: (name, mode) -> why it still differs.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("t_and_fill_expanded_leaf_then_mul", "training"): (
-        "a written expanded leaf is read after the write as as_strided of its new value (functionalize), whose "
-        "backward spreads a gradient evenly over the indices sharing an element: eager's has one per index. "
-        "Without the t_() SyntheticBase reroutes the leaf's gradient to it (GradientTo, fill-then-mul passes); "
-        "with it the function gets MetadataMutation's restrided stand-in, an as_strided view of the leaf, not "
-        "rerouted, and the span base is leaf.as_strided: both AsStridedBackwards spread over shared elements. "
-        "Rerouting the stand-in (a permute of the leaf) is not enough: the fill_ through the function's alias (a "
-        "view) takes its history again by as_strided; a no-view alias (GradientTo) fails autograd's shape check "
-        "once the unrecorded t_() changed its geometry"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

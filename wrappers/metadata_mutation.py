@@ -17,7 +17,8 @@ An input requiring grad whose geometry changes where autograd records nothing
 restrided *before* the call: eager differentiates it in its final geometry. In
 grad mode, unwritten, the layers below see it in that geometry and the function
 gets a view of it in the old one, whose later geometry changes take fresh views
-of the input (``_restrided_inside``); written, or under the caller's ``no_grad``,
+of the input (``_restrided_inside``; so too a leaf written unrecorded whose
+geometries only permute its own); written, or under the caller's ``no_grad``,
 the function gets an old-geometry view from outside (``_restrided_first``).
 
 An input the function calls ``requires_grad_()`` on requires grad before the
@@ -112,6 +113,8 @@ class MetadataMutation:
         # Outputs viewed again after their base's recorded change from a view taken before it
         # (``_viewed_across_change``): replayed once the caller's tensor has its final geometry and history.
         self._across_change: frozenset[UserOut] = frozenset()
+        # Their geometry when the call starts (static): views of them returned are replayed from it.
+        self._started_in: dict[DedupedArg, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -138,21 +141,20 @@ class MetadataMutation:
         self._views_of_changed = frozenset(view_idx for view_idx, _ in views_of_changed)
         # Inputs written with their geometry changed (``_written_with_changes``): the function gets a stand-in that
         # is no view, the caller's tensor takes its history as it ended, and views of it returned are taken after.
-        # (Not one another input is a view of: that view's history is taken again from the stand-in for it,
-        # which ``_view_of_alias`` takes from the alias of a view.)
-        viewed = {base_idx for _, base_idx in views_of_changed}
+        # (Another input that is a view of it is taken again from that stand-in: ``_view_of_alias``.)
         written_changed = frozenset(
             i
             for i in no_views
             if _written_with_changes(meta.input_info[i])
             and torch.is_grad_enabled()
-            and _views_taken_at_the_end(meta, i)
-            and i not in viewed
+            and _views_replayable_at_the_end(meta, i, outer.args[i])
             and _static_final_geometry(meta.input_info[i])
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
-        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        restrided = tuple(
+            i for i in mutated if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+        )
         self._restrided = restrided
         restrided_first = tuple(
             i
@@ -173,6 +175,7 @@ class MetadataMutation:
 
         across_change = frozenset(UserOut(out_idx) for out_idx, info in enumerate(meta.output_info) if across(info))
         self._across_change = across_change
+        self._started_in = {i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride())) for i in written_changed}
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -202,6 +205,7 @@ class MetadataMutation:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
         # Each restrided input's geometry when the call starts, its offset relative to the final one.
         started: dict[DedupedArg, tuple[Any, Any, int]] = {}
+        finals = {arg_idx: meta.input_info[arg_idx].final_metadata for arg_idx in restrided}
         for arg_idx in restrided:
             arg, final = outer.args[arg_idx], meta.input_info[arg_idx].final_metadata
             assert final is not None
@@ -260,7 +264,7 @@ class MetadataMutation:
                 working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
                 setattr(working[arg_idx], STANDS_FOR_LEAF, meta.input_info[arg_idx].is_leaf)
             for view_idx, base_idx in views_of_changed:
-                working[view_idx] = _view_of_alias(args[view_idx], working[base_idx])
+                working[view_idx] = _view_of_alias(args[view_idx], working[base_idx], base_idx in written_changed)
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
@@ -299,10 +303,7 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             )
             + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
-            split.inner_output_info(
-                [_from_final(info, started) for info in meta.output_info],
-                RestridedArg,
-            )
+            split.inner_output_info([_from_final(info, started, finals) for info in meta.output_info], RestridedArg)
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
         )
@@ -395,6 +396,7 @@ class MetadataMutation:
         written_changed = self._written_changed
         across_change = self._across_change
         across_bases = {meta.output_info[out_idx].base_input for out_idx in across_change}
+        started_in = self._started_in
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
         accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
@@ -545,8 +547,8 @@ class MetadataMutation:
                 # history as eager's does.
                 at = counters.before_of(before, base)
                 chain = out_info.view_chain
-                if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
-                    chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                if base in written_changed:  # the caller's tensor has its final geometry now
+                    chain = (_from_final_geometry(chain[0], meta.input_info[base], started_in[base]), *chain[1:])
                 elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
                     chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
                 elif out_idx in across_change:  # its first step from the geometry the caller's tensor had then
@@ -686,14 +688,24 @@ def _elements_reached_change(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     return any(span(*step[:3]) != first for step in steps)
 
 
-def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg) -> bool:
-    """Whether every output that is a view of input ``arg_idx`` was taken in its final geometry, which the caller's
-    tensor has once restrided: replayed on it then, without the first step's ``from_geometry``."""
+def _views_replayable_at_the_end(
+    meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg, arg: torch.Tensor
+) -> bool:
+    """Whether every output that is a view of input ``arg_idx`` can be replayed on the caller's tensor once it is
+    in its final geometry (``_from_final_geometry``): the geometry it was taken in is static."""
+
+    def static(step: ViewStep) -> bool:
+        return not step.runtime_sizes and _static(step.from_geometry or (arg.shape, arg.stride(), 0))
+
     final = meta.input_info[arg_idx].final_metadata
-    return all(
-        bool(info.view_chain) and info.view_chain[0].from_geometry == final
-        for info in meta.output_info
-        if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+    return (
+        final is not None
+        and _static(final)
+        and all(
+            bool(info.view_chain) and static(info.view_chain[0])
+            for info in meta.output_info
+            if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
+        )
     )
 
 
@@ -731,6 +743,20 @@ def _from_geometry_then(
     return dataclasses.replace(step, from_geometry=(size, stride, offset - offset_of(arg)))
 
 
+def _from_final_geometry(
+    step: ViewStep, info: InputAliasInfo, started_in: tuple[tuple[int, ...], tuple[int, ...]]
+) -> ViewStep:
+    """``step``, the first of a view's chain, replayed on its input in its final geometry: the geometry eager took
+    the view in (the one the call started in, or one between two changes), its offset relative to the final
+    one. Eager's record of a view taken before the last change is then stale, taken again by strides."""
+    final = info.final_metadata
+    assert final is not None
+    taken_in = step.from_geometry or (*started_in, 0)
+    if taken_in == final:
+        return dataclasses.replace(step, from_geometry=None)
+    return dataclasses.replace(step, from_geometry=(taken_in[0], taken_in[1], taken_in[2] - final[2]))
+
+
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
     """An alias of ``arg`` (no view, no leaf) whose gradient goes to ``arg``: its in-place ops are its own."""
     with torch.enable_grad():
@@ -751,11 +777,13 @@ def _views_of(
     )
 
 
-def _view_of_alias(view: torch.Tensor, alias: torch.Tensor) -> torch.Tensor:
+def _view_of_alias(view: torch.Tensor, alias: torch.Tensor, written_changed: bool) -> torch.Tensor:
     """``view`` taken again from ``alias`` (the function's stand-in for its base): the tracing modes then take
     its history again from the alias once its counter moves, as eager takes it from the base in the base's
-    geometry then. Marked as made where ``view`` was made."""
-    if not getattr(alias, STANDS_FOR_NO_VIEW, False):
+    geometry then. Marked as made where ``view`` was made. ``written_changed``: ``alias`` is a history alias
+    (``_history_alias``, no view) of an input written after its geometry changed, a base autograd itself takes
+    the view's history again from, past its writes and recorded changes, as eager's from the input."""
+    if not written_changed and not getattr(alias, STANDS_FOR_NO_VIEW, False):
         return view  # (a detached alias: no history to take again)
     with torch.enable_grad():
         again = alias.as_strided(view.shape, view.stride(), view.storage_offset())
@@ -1027,15 +1055,15 @@ def _chain_from_restrided(chain: tuple[ViewStep, ...], final: tuple[Any, Any, in
     return (dataclasses.replace(chain[0], from_geometry=from_final), *chain[1:])
 
 
-def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
+def _restrided_inside(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: bool) -> bool:
     """An input requiring grad (before the call, or from ``requires_grad_()`` inside it) whose geometry
     changes where autograd records nothing, never written: its gradient has its final geometry (eager's
     leaf is first differentiated there, a view's history is taken again there), so the layers below get
     it restrided, the function a view of it in the geometry it had. Written, its writes may reach beyond
-    the final geometry: ``_restrided_first``."""
+    the final geometry: ``_restrided_first`` (but see ``_permuted_leaf_written_unrecorded``)."""
     unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
     return (
-        _restrided_inside_allowed(info)
+        (_restrided_inside_allowed(info) or _permuted_leaf_written_unrecorded(info, arg))
         and info.requires_grad
         and unrecorded
         and info.storage_set_to is None
@@ -1057,6 +1085,24 @@ def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
     differentiated, and views eager took before the change are taken again before the restride, which
     autograd tells apart (their ``grad_fn`` raises, as eager's)."""
     return not info.mutates_data and torch.is_grad_enabled()
+
+
+def _permuted_leaf_written_unrecorded(info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """A leaf written where autograd records nothing (under no_grad, through ``detach()``), whose every geometry
+    is a permutation of the one it had, dimensions of size 1 aside (``t_``, ``transpose_``, ``unsqueeze_``): its
+    writes reach no element beyond the final geometry, so it is restrided inside as if unwritten.
+    ``_restrided_first``'s view of the leaf is ``as_strided``, whose backward spreads a gradient evenly over the
+    indices sharing an element (an expanded leaf's); the function's view here stands for the leaf itself once in
+    the final geometry (``STANDS_FOR_LEAF``), index by index as eager's gradient."""
+    if not (info.is_leaf and not info.mutation_visible_to_autograd and torch.is_grad_enabled()):
+        return False
+    steps = info.metadata_steps or ((info.final_metadata,) if info.final_metadata is not None else ())
+
+    def dims(size: Any, stride: Any) -> list[tuple[int, int]]:
+        return sorted((st, sz) for sz, st in zip(size, stride, strict=True) if sz != 1)
+
+    own = dims(arg.shape, arg.stride())
+    return bool(steps) and all(step[2] == 0 and dims(step[0], step[1]) == own for step in steps)
 
 
 def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
@@ -1083,29 +1129,40 @@ def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
 
 
 def _from_final(
-    info: OutputAliasInfo[DedupedArg, UserOut], started: dict[DedupedArg, tuple[Any, Any, int]]
+    info: OutputAliasInfo[DedupedArg, UserOut],
+    started: dict[DedupedArg, tuple[Any, Any, int]],
+    finals: dict[DedupedArg, Any],
 ) -> OutputAliasInfo[DedupedArg, UserOut]:
     """A view of a restrided input (or a computed output put on one), taken again from the input in its
-    final geometry."""
+    final geometry (``finals``: each restrided input's)."""
     alias = info.computed_alias
     if alias is not None and alias.base_input in started:
-        chain = _chain_from_final(alias.view_chain, started[alias.base_input])
+        chain = _chain_from_final(alias.view_chain, started[alias.base_input], finals[alias.base_input])
         info = dataclasses.replace(info, computed_alias=dataclasses.replace(alias, view_chain=chain))
     if info.output_type != OutputType.ALIAS_OF_INPUT or info.base_input not in started:
         return info
-    return dataclasses.replace(info, view_chain=_chain_from_final(info.view_chain, started[info.base_input]))
+    chain = _chain_from_final(info.view_chain, started[info.base_input], finals[info.base_input])
+    return dataclasses.replace(info, view_chain=chain)
 
 
-def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+def _chain_from_final(chain: tuple[ViewStep, ...], started: tuple[Any, Any, int], final: Any) -> tuple[ViewStep, ...]:
     """``chain``, taken from the input's geometry when the call started (``started``: its offset relative to
-    the final one), replayed from the input in its final geometry."""
+    the final one), replayed from the input in its final geometry (``final``, relative to the original)."""
     size, stride, offset = started
     first = chain[0]
     if first.from_geometry is not None:
+        if _static(first.from_geometry) and _static(final) and first.from_geometry == final:
+            # Taken in the final geometry: from the input itself, as eager's (``as_strided`` of a leaf whose
+            # elements share memory, an expanded one's, would spread its gradient over the indices sharing one).
+            return (dataclasses.replace(first, from_geometry=None), *chain[1:])
         size, stride, relative = first.from_geometry
         offset += relative
     first = dataclasses.replace(first, from_geometry=(size, stride, offset))
     return (first, *chain[1:])
+
+
+def _static(geometry: Any) -> bool:
+    return all(isinstance(v, int) for v in (*geometry[0], *geometry[1], geometry[2]))
 
 
 def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
@@ -1281,6 +1338,11 @@ class _RequiresGradInside(TorchFunctionMode):
             alias: torch.Tensor = torch.ops.aten.alias.default(source)
             return alias
         root = view_root(source)
+        if (value.shape, value.stride(), value.storage_offset()) == (root.shape, root.stride(), root.storage_offset()):
+            # The input itself, in the geometry it was restrided to first: index by index, as eager's leaf
+            # (``as_strided`` of an expanded one would spread a gradient over the indices sharing an element).
+            same: torch.Tensor = torch.ops.aten.alias.default(root)
+            return same
         return root.as_strided(value.shape, value.stride(), value.storage_offset())
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
