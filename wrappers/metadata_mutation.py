@@ -1001,7 +1001,12 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     # Taken in grad mode whatever the caller's: it stands for the input itself, which eager's function uses
     # in grad mode too after the counter moves (a view taken under no_grad would then refuse it).
     with torch.enable_grad():
-        return target.as_strided(*old)
+        # A leaf that is a view (of a base needing no grad: ``requires_grad_()`` on ``s.t()``) is no base of its
+        # views: once the counter moves (the epilogue sets eager's final counters before the call), autograd
+        # takes the view's history again from that base and the edge to the leaf is gone. From an alias of the
+        # leaf that is no view, as ``_stand_in_view``'s leaf is while compiling, it is taken again to the leaf.
+        source = _history_alias(target) if target._base is not None and target.requires_grad else target
+        return source.as_strided(*old)
 
 
 def _stand_in_view(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
