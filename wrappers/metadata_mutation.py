@@ -107,10 +107,15 @@ class MetadataMutation:
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
         # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
         self._written_changed: frozenset[DedupedArg] = frozenset()
+        self._views_at_call: frozenset[DedupedArg] = frozenset()
+        # Restrided-first leaves that are views: their geometry at the call and their final offset's negation.
+        self._leaf_views: dict[DedupedArg, tuple[Any, Any, int]] = {}
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
     ) -> Stage[DedupedArg, UserOut] | Stage[RestridedArg, RestridedOut]:
+        # The caller's tensors that are views (``_requiring_grad_first`` gives the layers below none of them).
+        self._views_at_call = frozenset(DedupedArg(i) for i, arg in enumerate(outer.args) if arg._base is not None)
         outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
@@ -147,6 +152,23 @@ class MetadataMutation:
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
+        self._restrided = restrided
+        restrided_first = tuple(
+            i
+            for i in mutated
+            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+        )
+        self._restrided_first = restrided_first
+        # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
+        # their base, whose history reaches the leaf only until the memory is written (after, autograd takes it
+        # again from that base). The stand-in below is no view of that base (``_restrided_view``), so the views
+        # returned are taken here, from the caller's tensor, in the geometry it had.
+        leaf_views = frozenset(i for i in restrided_first if i in self._views_at_call)
+        self._leaf_views = {
+            i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride()), -_final_offset(meta.input_info[i]))
+            for i in leaf_views
+        }
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -154,7 +176,7 @@ class MetadataMutation:
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
-                    and info.base_input in self._views_of_changed | written_changed
+                    and info.base_input in self._views_of_changed | written_changed | leaf_views
                 )
             ),
             RestridedOut,
@@ -169,14 +191,6 @@ class MetadataMutation:
             i for i in mutated if _history_kept_by_set(meta.input_info[i], outer.args[i]) or i in written_changed
         )
         self._kept_history = kept_history
-        restrided = tuple(i for i in mutated if _restrided_inside(meta.input_info[i], i in self._grad_from_inside))
-        self._restrided = restrided
-        restrided_first = tuple(
-            i
-            for i in mutated
-            if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
-        )
-        self._restrided_first = restrided_first
         inner_args = list(outer.args)
         for arg_idx in restrided_first:
             inner_args[arg_idx] = _stand_in_view(outer.args[arg_idx], meta.input_info[arg_idx])
@@ -364,6 +378,7 @@ class MetadataMutation:
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
+        leaf_views = self._leaf_views
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
@@ -494,7 +509,7 @@ class MetadataMutation:
                 if out_info.after_set
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
-                    and out_info.base_input in views_of_changed | written_changed
+                    and out_info.base_input in views_of_changed | written_changed | leaf_views.keys()
                 )
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
@@ -506,6 +521,8 @@ class MetadataMutation:
                 chain = out_info.view_chain
                 if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
+                if base in leaf_views:  # taken in the geometry it had, the caller's tensor has its final one
+                    chain = _chain_from_final(chain, leaf_views[base])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -938,6 +955,12 @@ def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
     differentiated, and views eager took before the change are taken again before the restride, which
     autograd tells apart (their ``grad_fn`` raises, as eager's)."""
     return not info.mutates_data and torch.is_grad_enabled()
+
+
+def _final_offset(info: InputAliasInfo) -> int:
+    assert info.final_metadata is not None
+    offset: int = info.final_metadata[2]
+    return offset
 
 
 def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
