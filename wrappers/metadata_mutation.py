@@ -307,6 +307,7 @@ class MetadataMutation:
                     not info.mutates_metadata
                     or _restrided_inside_allowed(info)
                     or _written_then_restrided(info)
+                    or _recorded_under_callers_no_grad(meta)
                     or _set_in_grad_mode(info)
                 )
                 and info.storage_grown_to == 0
@@ -948,6 +949,13 @@ def _written_then_restrided(info: InputAliasInfo) -> bool:
     (``_restrided_first``, or its history moved), so eager's backward, its gradients or the error its history
     raises, reaches the caller's tensor (not a leaf the caller never sees)."""
     return info.mutates_data and torch.is_grad_enabled()
+
+
+def _recorded_under_callers_no_grad(meta: ViewAndMutationMeta[DedupedArg, UserOut]) -> bool:
+    """Under the caller's no_grad, the function recorded in an ``enable_grad`` region (an output requires grad):
+    eager's uses there of an input after its ``requires_grad_()`` reach it, also where its geometry changed, so it
+    requires grad below too (else they were no uses of an input requiring grad, and recorded nothing)."""
+    return not torch.is_grad_enabled() and any(info.requires_grad for info in meta.output_info)
 
 
 def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
