@@ -43,7 +43,7 @@ from aot.compile.memory_budget import ActivationMemoryBudget
 from aot.compile.min_cut import min_cut_rematerialization_partition
 from aot.compile.partition import default_partition
 from aot.compile.policy import ActivationPolicy, PolicyPartition
-from aot.compile.trace import trace_joint
+from aot.compile.trace import REACHED_FROM, trace_joint
 from aot.config import AOTConfig, Compiler, PartitionFn
 from aot.errors import DataDependentError, UnsupportedInputError
 from aot.hooks import call_with_hooks, has_own_hooks, hook_tables, refusing_hooks
@@ -480,13 +480,15 @@ class AOTFunction:
             entry = CompiledEntry(meta=stage.meta)
             core = partial(compile_core, config=self.config, entry=entry, compile_function=AOTFunction)
             _set_runtime(entry, stage, core)
-            # Not stored: a forward-only entry, or one whose backward writes its inputs (which the graphs
-            # alone do not say).
+            # Not stored: a forward-only entry, or one whose backward writes its inputs or runs an
+            # autograd.Function's backward with reachability the trace told (which the graphs alone do not say:
+            # restored without it, an input's gradient could differ from the fresh entry's).
             if (
                 directory
                 and stored_key
                 and not entry.extra.get("forward_only")
                 and not entry.extra.get("backward_writes")
+                and not entry.extra.get(REACHED_FROM)
             ):
                 graphs = {"forward": entry.forward, "backward": entry.backward, "inference": entry.inference}
                 entries.save(directory, stored_key, stage.meta, convention, graphs)

@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Never
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import guard_or_false
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from meta import symbolic
@@ -47,13 +49,15 @@ from meta.storage import (
     fake_inputs,
     has_version_counter,
     intersect,
+    leaf_of_ungraded_base,
     offset_of,
+    storage_extent,
     storage_key,
     touch_interval,
     view_root,
     whole_storage_in,
 )
-from meta.versions import history_refused
+from meta.versions import history_refused, version
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -126,8 +130,8 @@ def collect_meta(
         fresh_views = FreshViews(recorder.stands_for)
         # Outside inference mode too: a Function (or a built-in op) recording a node saves an inference input as
         # eager refuses to, and only the fakes see every save (the graph may save another value, or none).
-        refusing = in_inference_mode or inference_storages
-        saves = _refusing_inference_saves(inference_storages) if refusing else _nothing()
+        refusing = bool(in_inference_mode or inference_storages)
+        saves = _checked_saves(inference_storages, refusing)
         fresh = fresh_views if needs_fresh_views else _nothing()
         # (A torch-function mode changes some library code paths: only where an input requires grad, before
         # the call or, seen once the function ran, after it.)
@@ -151,7 +155,10 @@ def collect_meta(
                 raise
             needs_fresh_views = True
             continue
-        if not needs_fresh_views and any(w.metadata_only for w in recorder.writes):
+        # A view of an input the caller made a leaf by requires_grad_() on a view of a base requiring none, once
+        # the memory is written: autograd on fakes fails to take its history again (``FreshViews._of_leaf_views``).
+        leaf_views_written = recorder.writes and any(leaf_of_ungraded_base(arg) for arg in flat_args)
+        if not needs_fresh_views and (any(w.metadata_only for w in recorder.writes) or leaf_views_written):
             needs_fresh_views = True
             continue
         if in_inference_mode and not watched and any(fake.requires_grad for fake in fakes):
@@ -271,6 +278,7 @@ def collect_meta(
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
+            id(fake) in recorder.accumulated_as_called,
             i in reshaped,
             version,
         )
@@ -609,23 +617,48 @@ def _nothing() -> Iterator[None]:
     yield
 
 
-def _refusing_inference_saves(inference_storages: set[int]) -> contextlib.AbstractContextManager[Any]:
-    """Eager's refusal to save an inference tensor for a backward. Under the caller's inference mode only an
-    autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and what it saves
-    may be a value the function made (an inference tensor here too) or an input the caller made in inference
-    mode (whose stand-in here is a normal tensor on ``inference_storages``). Outside it, any op recording a
-    node (an input requiring grad) refuses to save such an input or a view of it."""
+def _checked_saves(inference_storages: set[int], refusing: bool) -> contextlib.AbstractContextManager[Any]:
+    """What eager checks of the tensors autograd saves, checked by hooks on the fakes.
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.is_inference() or (tensor.layout == torch.strided and storage_key(tensor) in inference_storages):
+    Its version check, at every save: a saved tensor whose counter moved since it was saved (a write through
+    any view or ``detach()`` sharing it, another input's among them) raises when a backward unpacks it. Fakes
+    are tensor subclasses, whose views autograd takes again by their view function, and from a base needing
+    no grad (a view the function called ``requires_grad_()`` on) that gives no history: autograd's own unpack,
+    reading a moved view's history before it checks the version, fails on its assert, not eager's error. With
+    hooks it reads the history recorded at the save, and the check is this one.
+
+    ``refusing``: eager's refusal to save an inference tensor for a backward too. Under the caller's inference
+    mode only an autograd.Function records (in an ``enable_grad`` region, from an input requiring grad), and
+    what it saves may be a value the function made (an inference tensor here too) or an input the caller made
+    in inference mode (whose stand-in here is a normal tensor on ``inference_storages``). Outside it, any op
+    recording a node (an input requiring grad) refuses to save such an input or a view of it.
+    """
+
+    def pack(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+        if refusing and (
+            tensor.is_inference() or (tensor.layout == torch.strided and storage_key(tensor) in inference_storages)
+        ):
             raise RuntimeError(
                 "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference "
                 "mode in computation tracked by autograd. To work around this, you can make a clone to get a "
                 "normal tensor and use it in autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
             )
+        # A detach() shares the counter, and holds no history: no cycle through a saved output's node. Not of a
+        # real tensor the function captured (the op saving it refuses it, naming itself, as the mode's ops do).
+        held = tensor.detach() if isinstance(tensor, FakeTensor) or is_traceable_wrapper_subclass(tensor) else tensor
+        return held, version(tensor)
+
+    def unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+        tensor, saved_version = packed
+        if version(tensor) != saved_version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[{tensor.dtype} {list(tensor.shape)}] is at version {version(tensor)}; expected version "
+                f"{saved_version} instead."
+            )
         return tensor
 
-    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def _replay_gives_eagers_autograd(
@@ -734,6 +767,7 @@ def _input_info(
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
+    accumulator_as_called: bool,
     moves_to_new_shape: bool,
     initial_version: int,
 ) -> InputAliasInfo:
@@ -814,8 +848,21 @@ def _input_info(
         set_recorded=set_recorded,
         storage_grown_to=storage_grown_to,
         moves_history=moves_history,
+        accumulator_as_called=moves_history and accumulator_as_called and real.is_leaf,
         moves_to_new_shape=moves_to_new_shape,
+        writes_recorded_past_base=any(
+            w.grad_enabled and not w.hidden_from_autograd and _past_its_base(w) for w in data_writes
+        ),
     )
+
+
+def _past_its_base(write: Write) -> bool:
+    """Whether ``write`` went through a view (not empty) reaching past the elements of its base, into memory a
+    storage grown by ``out=``/``resize_`` holds beyond them (maybe, where symbolic)."""
+    base = write.tensor._base
+    if base is None or guard_or_false(write.tensor.numel() == 0):
+        return False
+    return guard_or_false(write.extent[1] > storage_extent(base)[1] * base.element_size())
 
 
 def _from_moved_geometry(

@@ -20,6 +20,7 @@ from meta.storage_set import history_taken_again
 from meta.versions import history_refused
 
 __all__ = [
+    "KEEPS_OWN_HISTORY",
     "STANDS_FOR_LEAF",
     "STANDS_FOR_NO_VIEW",
     "FreshViews",
@@ -37,6 +38,9 @@ STANDS_FOR_NO_VIEW = "_aot_stands_for_no_view"
 # in that geometry again, the view is the leaf itself, index by index, not ``as_strided`` of its memory (whose
 # backward spreads a gradient evenly over indices sharing an element, an expanded leaf's).
 STANDS_FOR_LEAF = "_aot_stands_for_leaf"
+# Set on such an alias (``STANDS_FOR_NO_VIEW``) of a non-leaf requiring grad: eager's tensor keeps its history through
+# a geometry change autograd does not record (see ``FreshViews._kept_history``).
+KEEPS_OWN_HISTORY = "_aot_keeps_own_history"
 
 # In-place view methods: they change a tensor's geometry, which autograd on fake tensors
 # does not carry into the view's replay function (see ``FreshViews``).
@@ -180,6 +184,11 @@ class FreshViews(TorchFunctionMode):
         # before). Eager takes their history again by replaying their view ops, which knew no such change: a
         # history of the old shape, whose backward raises.
         self._replayed_stale: dict[int, tuple[torch.Tensor, tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Stand-ins for non-leaves that are no view (``KEEPS_OWN_HISTORY``) whose geometry changed where autograd
+        # records nothing (under no_grad), and no write recorded since: (the stand-in, its geometry before). Eager's
+        # tensor keeps its history through such a change: a gradient in the new geometry reaches that history
+        # index by index, the engine summing it to the old shape (or refusing it), not by memory positions.
+        self._kept_history: dict[int, tuple[torch.Tensor, tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -259,6 +268,11 @@ class FreshViews(TorchFunctionMode):
             with torch.enable_grad():
                 history = _reinterpreted(base, tensor.dtype, stale[1])
                 fresh = ReplayedHistory.apply(history, fresh)  # type: ignore[no-untyped-call]
+        kept = self._kept_history.get(id(tensor))
+        if regenerated and kept is not None and kept[0] is tensor and not self._recorded_changes(tensor):
+            with torch.enable_grad():
+                history = _reinterpreted(base, tensor.dtype, kept[1])
+                fresh = ReplayedHistory.apply(history, fresh)  # type: ignore[no-untyped-call]
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -303,6 +317,11 @@ class FreshViews(TorchFunctionMode):
         if recorded_change:
             recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
         self._note_replayed_stale(name, args)
+        in_place_view = bool(name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor))
+        geometry_before = geometry_of(args[0]) if in_place_view else None
+        if records() and name.endswith("_") and not name.endswith("__") and args and isinstance(args[0], torch.Tensor):
+            # A write (or geometry change) autograd records extends the history: no longer the one kept.
+            self._kept_history.pop(id(args[0]), None)
         if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
             # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
             # requiring grad) is off: so is it here, the collection and the trace running outside it.
@@ -330,19 +349,34 @@ class FreshViews(TorchFunctionMode):
         if not any(out is t for t in outs):  # an op's out= tensor is no view taken from its first argument
             self._anchor(args[0] if args else None, out)
             self._note_taken_after(args[0] if args else None, out)
-        changed = [t for t, geometry in zip(outs, out_geometry, strict=True) if geometry not in (None, geometry_of(t))]
-        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
-            changed.append(args[0])
+        # Each tensor whose geometry changed, with its geometry before.
+        changes: list[tuple[torch.Tensor, Any]] = [
+            (t, g) for t, g in zip(outs, out_geometry, strict=True) if g not in (None, geometry_of(t))
+        ]
+        if in_place_view:
+            changes.append((args[0], geometry_before))
             if name == "set_":
                 (self._moved_under_no_grad.discard if torch.is_grad_enabled() else self._moved_under_no_grad.add)(
                     id(args[0])
                 )
-        for tensor in changed:
+        for tensor, before in changes:
+            self._note_kept_history(tensor, before)
+        for tensor, _ in changes:
             if tensor._is_view():
                 self._changed[id(tensor)] = tensor
             else:
                 self._changed_bases[id(tensor)] = tensor
         return out
+
+    def _note_kept_history(
+        self, tensor: torch.Tensor, before: tuple[tuple[int, ...], tuple[int, ...], int] | None
+    ) -> None:
+        """After ``tensor``'s geometry changed from ``before``: note a stand-in for an input that is no view
+        changed where autograd records nothing (see ``_kept_history``)."""
+        if before is None or records() or not getattr(tensor, KEEPS_OWN_HISTORY, False) or not tensor.requires_grad:
+            return  # (a change autograd records dropped the note before the op)
+        if not (id(tensor) in self._kept_history and self._kept_history[id(tensor)][0] is tensor):
+            self._kept_history[id(tensor)] = (tensor, before)
 
     def _note_replayed_stale(self, name: str, args: Any) -> None:
         """Before an in-place view op: note a view of another dtype than its base changed where eager's replay

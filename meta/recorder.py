@@ -141,6 +141,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # is differentiated (``InputAliasInfo.moves_to_new_shape``).
         self.reshaped_leaves: dict[int, int] = {}
         self.accumulator_kept: set[int] = set()  # those whose geometry then changed under no_grad
+        # Of those, the ones whose accumulator eager made before any change of their geometry: for the one they
+        # were called with.
+        self.accumulated_as_called: set[int] = set()
         # Inputs whose history set_() may move: views of bases requiring grad, their history as the caller's.
         self._bases_as_called = {id(t): base_state(t) for t in alias_sources if base_state(t) is not None}
         self._initial_version = {storage_key(t): t._version for t in alias_sources}
@@ -336,6 +339,10 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     root = view_root(tensor)
                     if id(root) in self._grad_leaves and root.requires_grad:
+                        if id(root) not in self._accumulating and not any(
+                            w.metadata_only and w.tensor is root for w in self.writes
+                        ):
+                            self.accumulated_as_called.add(id(root))
                         self._accumulating.add(id(root))
                         if differentiates:
                             self.differentiated_leaves.setdefault(id(root), tuple(root.shape))
@@ -560,7 +567,9 @@ def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = F
     needing none: only the function's own ``requires_grad_()`` makes one (a view of a base requiring grad
     requires it too, with a history or, taken under no_grad, none). Under the caller's inference mode a view
     requires none whatever its base (``called``: the function's ``requires_grad_()`` on it, seen)."""
-    if step.in_place or not view.requires_grad:
+    # (An in-place step too: the call may have come after the change, which the replay may make on a tensor of its
+    # own, no leaf the step before made require grad: under the caller's inference mode, say.)
+    if not view.requires_grad:
         return step
     if called:
         return dataclasses.replace(step, requires_grad_set=True)

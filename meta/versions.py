@@ -8,7 +8,9 @@ sets its counter itself: read before the call, set to eager's final value
 before the inner call (what the compiled forward saves is checked against the
 version eager's reads saw), back to the value before if the call raises, and
 to eager's final value after the write-back. :class:`Counters` does it, once
-per shared counter, over groups computed when the function is compiled.
+per shared counter, over groups computed when the function is compiled. The
+histories the compiled Function reads are those eager's reads took, at the
+counters before the call (:func:`as_read`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Counters",
+    "as_read",
     "counter_groups",
     "history_refused",
     "inherit_creation",
@@ -37,6 +40,11 @@ __all__ = [
 _NEVER_COUNTED = 2**32 - 1
 # On a view :func:`_relaxed` marked as made in grad mode for the call: the creation it really has.
 _RELAXED_CREATION = "_aot_relaxed_creation"
+# The ids of the views :func:`_relaxed` marks now, any call's: none (the common case) spares :func:`as_read` its
+# look. (A set: adding and discarding are atomic, a count's ``+=`` is not.)
+_RELAXED_NOW: set[int] = set()
+# On a view :func:`_relaxed` marked: its counter then, before the call moved it.
+_RELAXED_AT = "_aot_relaxed_at"
 
 
 def version(tensor: torch.Tensor) -> int:
@@ -109,6 +117,11 @@ class Counters:
     def __bool__(self) -> bool:
         return bool(self.positions)
 
+    @property
+    def relaxes(self) -> bool:
+        """Whether :meth:`start` may mark views as made in grad mode (:func:`_relaxed`) for the call."""
+        return bool(self._sharing_early)
+
     def read(self, args: Sequence[torch.Tensor]) -> tuple[int, ...]:
         """The counters before the call."""
         return tuple(version(args[p]) for p in self.positions)
@@ -164,7 +177,8 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
     """Views requiring grad made under no_grad or inference mode (or as one of several outputs), marked as made
     in grad mode, with their creation. Autograd refuses the history of such a view once its counter moved; a
     counter set early moves before the compiled call reads the history, which eager's function read, if at
-    all, before its write (reading it after raises in eager, and in meta collection)."""
+    all, before its write (reading it after raises in eager, and in meta collection); :func:`as_read` gives the
+    call the history eager's read took where autograd would take another."""
     relaxed: list[tuple[torch.Tensor, Any]] = []
     for tensor in tensors:
         if tensor._base is None or not tensor.requires_grad or tensor.is_inference():
@@ -173,22 +187,72 @@ def _relaxed(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
         if creation != torch._C._autograd.CreationMeta.DEFAULT and all(t is not tensor for t, _ in relaxed):
             torch._C._autograd._set_creation_meta(tensor, torch._C._autograd.CreationMeta.DEFAULT)
             setattr(tensor, _RELAXED_CREATION, creation)
+            setattr(tensor, _RELAXED_AT, tensor._version)
+            _RELAXED_NOW.add(id(tensor))
             relaxed.append((tensor, creation))
     return relaxed
 
 
+def _unrelaxed(tensor: torch.Tensor, creation: Any) -> None:
+    """A view :func:`_relaxed` marked gets its creation back."""
+    torch._C._autograd._set_creation_meta(tensor, creation)
+    vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+    vars(tensor).pop(_RELAXED_AT, None)
+    _RELAXED_NOW.discard(id(tensor))
+
+
+def as_read(tensors: list[Any]) -> list[Any]:
+    """``tensors`` as the compiled call reads their histories: a view :func:`_relaxed` marks stands as a tensor on
+    its memory and counter whose history is the one the view had at its counter before the call. Eager's function
+    read it, if at all, then, before its write; read at the counter moved early, its creation relaxed, autograd
+    would take one again from its base by strides: a gradient eager's never gives the base of a view made under
+    no_grad (it has none), one skipping an autograd.Function's backward (of a view it returned), or an internal
+    assert (of a view that is not the first of several outputs, as ``unbind``'s)."""
+    if not _RELAXED_NOW:
+        return tensors
+    read = list(tensors)
+    for position, tensor in enumerate(tensors):
+        counter = getattr(tensor, _RELAXED_AT, None) if isinstance(tensor, torch.Tensor) else None
+        if counter is not None:
+            moved = tensor._version
+            set_versions([tensor], [counter])
+            try:
+                with torch.enable_grad():
+                    read[position] = _AsRead.apply(tensor)  # type: ignore[no-untyped-call]
+            finally:
+                set_versions([tensor], [moved])
+    return read
+
+
+class _AsRead(torch.autograd.Function):
+    """Its input's memory and counter (``detach()`` shares both), with the history the input has now, kept
+    whatever the counter does later: a tensor that is no view has no history to take again."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
 def _judged_again(relaxed: Sequence[tuple[torch.Tensor, Any]], stale: bool) -> None:
     """Give :func:`_relaxed` views their creation back, their history's record taken at their counter now, or,
-    ``stale``, at another value: eager's read (if any) was before its write, so its next read refuses."""
+    ``stale``, at another value: eager's read (if any) was before its write, so its next read refuses. (Autograd
+    cannot take again the record of a view that is not the first of several outputs: nothing took it during the
+    call, it stays at the counter before the call, which ``stale`` has moved past.)"""
     for tensor, creation in relaxed:
+        if tensor.output_nr != 0:
+            _unrelaxed(tensor, creation)
+            continue
         counter = tensor._version
         if stale:
             set_versions([tensor], [counter + 1])
         _ = tensor.grad_fn  # taken again while the view counts as made in grad mode
         if stale:
             set_versions([tensor], [counter])
-        torch._C._autograd._set_creation_meta(tensor, creation)
-        vars(tensor).pop(_RELAXED_CREATION, None)  # (a layer's epilogue may finish twice)
+        _unrelaxed(tensor, creation)
 
 
 def inherit_creation(view: torch.Tensor, source: torch.Tensor) -> None:
@@ -237,8 +301,7 @@ def refuse_history(tensor: torch.Tensor) -> torch.Tensor:
     for view, creation in _relaxed([tensor]):
         with recorded_stale(view):
             _ = view.grad_fn  # taken while the view counts as made in grad mode
-        torch._C._autograd._set_creation_meta(view, creation)
-        vars(view).pop(_RELAXED_CREATION, None)
+        _unrelaxed(view, creation)
     return tensor
 
 

@@ -113,10 +113,17 @@ class ViewStep:
                 with torch.set_grad_enabled(grad_enabled and self.op is not torch.ops.aten.detach.default):
                     size, stride, relative_offset = from_geometry
                     source, base = tensor, tensor._base
+                    # A tensor requiring grad that is no view, in that geometry already (a leaf changed under
+                    # no_grad), is the tensor eager viewed, index by index: an ``as_strided`` of it would spread
+                    # the gradient of an element several indices share (an expanded leaf's) evenly over them.
+                    geometries = ((*size, *stride, relative_offset), (*tensor.shape, *tensor.stride(), 0))
+                    unchanged = all(type(n) is int for n in (*geometries[0], *geometries[1]))  # (no symbolic guard)
+                    unchanged = unchanged and geometries[0] == geometries[1]
                     if self.from_base and base is not None and base.dtype == tensor.dtype:
                         same_memory = base.untyped_storage()._cdata == tensor.untyped_storage()._cdata
                         source = base if same_memory else tensor
-                    tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
+                    if not (unchanged and base is None and tensor.requires_grad and not self.from_base):
+                        tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
             out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
@@ -258,6 +265,14 @@ class InputAliasInfo:
     # the one it had: the function's uses before the change read memory below the input's elements, which
     # ``storage_reach`` (how far up) does not tell.
     reaches_below: bool = False
+    # With ``moves_history``, of a leaf: eager made its gradient accumulator (a use autograd recorded) before any
+    # change of its geometry, for the geometry it was called with, which the accumulator keeps: gradients reaching
+    # the leaf are summed to that shape, or refused (see ``wrappers.metadata_mutation``).
+    accumulator_as_called: bool = False
+    # A write autograd records went through a view reaching past the elements of its base (a storage grown by
+    # ``out=``/``resize_``): eager's backward refuses that write's history (its ``CopySlices`` reads the view out of
+    # the base's gradient), so the write-back records all of it too (see ``wrappers.write_back``).
+    writes_recorded_past_base: bool = False
     # A parameter or buffer (``num_params_buffers``): the caller passes the same tensor every call,
     # which a backend may rely on (its ``static_input_indices``).
     static: bool = False
@@ -267,6 +282,8 @@ class InputAliasInfo:
             raise ValueError(f"input {self.name}: mutations_under_no_grad without a data mutation")
         if self.mutations_hidden_from_autograd and not self.mutates_data:
             raise ValueError(f"input {self.name}: mutations_hidden_from_autograd without a data mutation")
+        if self.writes_recorded_past_base and not self.mutates_data:
+            raise ValueError(f"input {self.name}: writes_recorded_past_base without a data mutation")
         if self.written_through and not self.mutates_data:
             raise ValueError(f"input {self.name}: written_through without a data mutation")
         if self.fresh_storage_nbytes and self.storage_set_to != ("fresh", -1):

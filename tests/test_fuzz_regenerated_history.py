@@ -280,7 +280,149 @@ def _non_leaf_column():
     return (torch.randn(4, 1, generator=torch.Generator().manual_seed(0)).requires_grad_() * 1,)
 
 
+# Seed 24 program 805: a view of a non-leaf input (no view) taken, the input as_strided_() in grad mode, then the view
+# viewed again: eager's record of the first view is stale by then, so its history is taken again from the input's
+# new history by strides (reaching only the elements the final geometry spans: here one), and the later view is
+# taken on that. Replayed on the caller's tensor before its change, the chain kept the old history (every element).
+def _viewed_again_after_as_strided_(a0):
+    v0 = a0[..., ::2]
+    _ = v0 @ v0.mT  # (saves the view for a backward never run)
+    a0.as_strided_((1,), (2,), 10)
+    v2 = v0.t()
+    return (v2,)
+
+
+def _row_sliced_after_as_strided_(a0):
+    v0 = a0[1]
+    a0.as_strided_((2, 2), (4, 1), 5)
+    return (v0[1:],)
+
+
+def _flat_view_diagonal_after_as_strided_(a0):
+    v0 = a0.view(12)
+    a0.as_strided_((3,), (3,), 1)
+    return (v0.unflatten(0, (2, 6)).diagonal(),)
+
+
+def _stale_view_and_view_of_it_returned(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t(), v0, a0)
+
+
+def _squeezed_then_as_strided_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.squeeze_(0).unsqueeze_(0)
+    a0.as_strided_((2,), (2,), 8)
+    return (v0[1],)
+
+
+def _written_then_as_strided_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.mul_(2)
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t(),)
+
+
+def _as_strided_then_written_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((3,), (2,), 4)
+    a0.mul_(2)
+    return (v0.t(),)
+
+
+def _view_between_as_strided_then_viewed(a0):
+    # The first view taken in the geometry the first change left (its own ``from_geometry``).
+    a0.as_strided_((2, 3), (4, 1), 1)
+    v0 = a0[1]
+    a0.as_strided_((2,), (1,), 5)
+    return (v0[1:],)
+
+
+def _as_strided_under_no_grad_then_recorded_then_viewed(a0):
+    # Eager's backward raises: the history taken again has the shape the unrecorded change left.
+    v0 = a0[..., ::2]
+    with torch.no_grad():
+        a0.as_strided_((6,), (1,), 2)
+    a0.as_strided_((2,), (2,), 4)
+    return (v0.t(),)
+
+
+def _as_strided_recorded_then_under_no_grad_then_viewed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((2,), (2,), 4)
+    with torch.no_grad():
+        a0.as_strided_((1,), (1,), 6)
+    return (v0.t(),)
+
+
+def _unbound_row_sliced_after_as_strided_(a0):
+    v0 = a0.unbind(0)[1]
+    a0.as_strided_((3,), (1,), 5)
+    return (v0[1:], v0[0].unsqueeze(0))
+
+
+# The same class's neighbours eager and the compiled function agreed on: the stale view returned itself (its own
+# record is taken again when read, on both sides), a change of shape alone (the same elements), the view used
+# inside the graph.
+def _stale_view_returned(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0,)
+
+
+def _row_sliced_after_t_(a0):
+    v0 = a0[1]
+    a0.t_()
+    return (v0[1:],)
+
+
+def _viewed_again_after_as_strided_then_computed(a0):
+    v0 = a0[..., ::2]
+    a0.as_strided_((1,), (2,), 10)
+    return (v0.t() * 2,)
+
+
+def _non_leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_() * 1,)
+
+
+def _non_leaf_3x4_and_its_rows():
+    x = torch.randn(3, 4, generator=_gen()).requires_grad_() * 1
+    return (x, x[1:])
+
+
+def _viewed_again_after_as_strided_with_view_input(a0, a1):
+    v0 = a0[..., ::2]
+    a0.as_strided_((2,), (2,), 4)
+    return (v0.t(), a1 * 2)
+
+
 PROGRAMS = {
+    "viewed_again_after_as_strided_": (_viewed_again_after_as_strided_, _non_leaf_3x4),
+    "row_sliced_after_as_strided_": (_row_sliced_after_as_strided_, _non_leaf_3x4),
+    "flat_view_diagonal_after_as_strided_": (_flat_view_diagonal_after_as_strided_, _non_leaf_3x4),
+    "stale_view_and_view_of_it_returned": (_stale_view_and_view_of_it_returned, _non_leaf_3x4),
+    "squeezed_then_as_strided_then_viewed": (_squeezed_then_as_strided_then_viewed, _non_leaf_3x4),
+    "written_then_as_strided_then_viewed": (_written_then_as_strided_then_viewed, _non_leaf_3x4),
+    "as_strided_then_written_then_viewed": (_as_strided_then_written_then_viewed, _non_leaf_3x4),
+    "view_between_as_strided_then_viewed": (_view_between_as_strided_then_viewed, _non_leaf_3x4),
+    "as_strided_under_no_grad_then_recorded_then_viewed": (
+        _as_strided_under_no_grad_then_recorded_then_viewed,
+        _non_leaf_3x4,
+    ),
+    "as_strided_recorded_then_under_no_grad_then_viewed": (
+        _as_strided_recorded_then_under_no_grad_then_viewed,
+        _non_leaf_3x4,
+    ),
+    "unbound_row_sliced_after_as_strided_": (_unbound_row_sliced_after_as_strided_, _non_leaf_3x4),
+    "stale_view_returned": (_stale_view_returned, _non_leaf_3x4),
+    "row_sliced_after_t_": (_row_sliced_after_t_, _non_leaf_3x4),
+    "viewed_again_after_as_strided_then_computed": (_viewed_again_after_as_strided_then_computed, _non_leaf_3x4),
+    "viewed_again_after_as_strided_with_view_input": (
+        _viewed_again_after_as_strided_with_view_input,
+        _non_leaf_3x4_and_its_rows,
+    ),
     "column_written_then_squeezed_after_matmul": (_column_written_then_squeezed_after_matmul, _non_leaf_column),
     "as_strided_twice_then_mul_with_view_input": (_as_strided_twice_then_mul_with_view_input, _non_leaf_and_its_rows),
     "view_between_as_strided_then_mul_": (_view_between_as_strided_then_mul_, _non_leaf_4x6),
@@ -311,6 +453,139 @@ PROGRAMS = {
     "set_then_as_strided_within": (_set_then_as_strided_within, _two_slices_of_non_leaf),
     "set_then_as_strided_then_written": (_set_then_as_strided_then_written, _two_slices_of_non_leaf),
 }
+
+
+# Seed 23 program 895: a view of a leaf whose elements share memory (``expand().detach().requires_grad_()``), then
+# the leaf written under no_grad. Eager takes the view's history again as ``leaf.as_strided(view's geometry)``,
+# whose backward spreads each memory element's gradient evenly over the leaf's indices reaching it (1.5, 1.5
+# below); the view op's own backward put it at the view's indices only (2, 1). Variants: other view kinds and
+# writes, a view taken after the write (not taken again), a leaf at an offset, one overlapping by ``unfold``, and
+# the same programs on a leaf of its own memory (the two backwards agree).
+def _step_slice_then_zero_(a0):
+    v1 = a0[..., ::2]
+    with torch.no_grad():
+        a0.zero_()
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _select_then_fill_(a0):
+    v1 = a0[1]
+    with torch.no_grad():
+        a0.fill_(2.0)
+    return ((v1 * 3).sum() + a0.sum(),)
+
+
+def _diagonal_then_masked_fill_(a0):
+    v1 = a0.diagonal()
+    with torch.no_grad():
+        a0.masked_fill_(torch.tensor([True, False, True]), 1.0)
+    return ((v1 * torch.arange(2.0)).sum(),)
+
+
+def _transposed_then_index_put_(a0):
+    v1 = a0.t()[1:]
+    with torch.no_grad():
+        a0.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+    return ((v1 * torch.arange(4.0).view(2, 2)).sum(),)
+
+
+def _view_of_view_then_zero_(a0):
+    v1 = a0[:, 1:][0]
+    with torch.no_grad():
+        a0.zero_()
+    return (v1 * 2,)
+
+
+def _slice_returned_then_zero_(a0):
+    v1 = a0[..., 1:]
+    with torch.no_grad():
+        a0.zero_()
+    return (a0, v1)
+
+
+def _slice_after_zero_(a0):
+    with torch.no_grad():
+        a0.zero_()
+    v1 = a0[..., ::2]
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _select_then_t_(a0):
+    v1 = a0[0]
+    with torch.no_grad():
+        a0.t_()
+    return ((v1 * torch.arange(3.0)).sum() + a0.sum(),)
+
+
+def _t_then_select(a0):
+    # Taken after the change: a view of the leaf itself (the layer's stand-in for it is taken again as none).
+    with torch.no_grad():
+        a0.t_()
+    return ((a0[0] * torch.arange(2.0)).sum(),)
+
+
+def _t_then_select_returned(a0):
+    # The output is replayed on the caller's leaf, in the geometry it ends in: the leaf itself, not as_strided of it.
+    with torch.no_grad():
+        a0.t_()
+    return (a0[0],)
+
+
+def _unsqueeze_then_slice_returned(a0):
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    return (a0[0, :, 1:],)
+
+
+def _transpose_then_diagonal_returned(a0):
+    with torch.no_grad():
+        a0.transpose_(0, 1)
+    return (a0.diagonal(), a0.sum())
+
+
+def _expanded_leaf():
+    return (torch.randn((), generator=_gen()).expand(2).detach().requires_grad_(),)
+
+
+def _expanded_leaf_2x3():
+    return (torch.randn(3, generator=_gen()).expand(2, 3).detach().requires_grad_(),)
+
+
+def _expanded_leaf_2x3_at_offset():
+    return (torch.randn(8, generator=_gen())[5:8].expand(2, 3).detach().requires_grad_(),)
+
+
+def _unfolded_leaf_2x3():
+    return (torch.randn(6, generator=_gen()).unfold(0, 3, 2)[:, :3].detach().requires_grad_(),)
+
+
+def _leaf_2x3():
+    return (torch.randn(2, 3, generator=_gen()).requires_grad_(),)
+
+
+PROGRAMS.update(
+    {
+        "step_slice_of_expanded_leaf_then_zero_": (_step_slice_then_zero_, _expanded_leaf),
+        "step_slice_of_expanded_leaf_after_zero_": (_slice_after_zero_, _expanded_leaf),
+        "select_of_expanded_leaf_then_fill_": (_select_then_fill_, _expanded_leaf_2x3),
+        "select_of_expanded_leaf_at_offset_then_fill_": (_select_then_fill_, _expanded_leaf_2x3_at_offset),
+        "select_of_unfolded_leaf_then_fill_": (_select_then_fill_, _unfolded_leaf_2x3),
+        "select_of_leaf_then_fill_": (_select_then_fill_, _leaf_2x3),
+        "diagonal_of_expanded_leaf_then_masked_fill_": (_diagonal_then_masked_fill_, _expanded_leaf_2x3),
+        "transposed_expanded_leaf_then_index_put_": (_transposed_then_index_put_, _expanded_leaf_2x3),
+        "view_of_view_of_expanded_leaf_then_zero_": (_view_of_view_then_zero_, _expanded_leaf_2x3),
+        "view_of_view_of_unfolded_leaf_then_zero_": (_view_of_view_then_zero_, _unfolded_leaf_2x3),
+        "slice_of_expanded_leaf_returned_then_zero_": (_slice_returned_then_zero_, _expanded_leaf_2x3),
+        "step_slice_of_leaf_then_zero_": (_step_slice_then_zero_, _leaf_2x3),
+        "select_of_expanded_leaf_then_t_": (_select_then_t_, _expanded_leaf_2x3),
+        "t_of_expanded_leaf_then_select": (_t_then_select, _expanded_leaf_2x3),
+        "t_of_expanded_leaf_then_select_returned": (_t_then_select_returned, _expanded_leaf_2x3),
+        "t_of_leaf_then_select_returned": (_t_then_select_returned, _leaf_2x3),
+        "unsqueeze_of_expanded_leaf_then_slice_returned": (_unsqueeze_then_slice_returned, _expanded_leaf_2x3),
+        "transpose_of_unfolded_leaf_then_diagonal_returned": (_transpose_then_diagonal_returned, _unfolded_leaf_2x3),
+    }
+)
+
 
 # The stand-in that is no view is given only where nothing else reads the input's history: not where another input
 # is a view of it (``_view_of_alias`` retakes that from an alias of a view), nor where a view of it returned was

@@ -1,13 +1,16 @@
 """A written input no output reads: eager's backward never runs the path to it, so the leaves behind it keep
 ``.grad`` None; the compiled backward, run for the other outputs, computed their gradients from materialized
-zero tangents (``.grad`` zeros). Eager is the oracle (``tests/oracle.py``)."""
+zero tangents (``.grad`` zeros). With an autograd.Function in the program, whose node eager's engine runs with
+zeros for the outputs no gradient reached once one did, the backward graph's data flow does not tell which
+tangents decide a gradient: the trace tells it from eager's autograd graph instead (the outputs whose history
+reaches the input along edges a gradient was sent on). Eager is the oracle (``tests/oracle.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.functions import Identity, ScaledBySaved
+from tests.functions import DoublesInPlace, Identity, ScaledBySaved, TriplesGradOutput, ViewOf
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -107,6 +110,45 @@ def _function_output_detached(a, c):
     return (first, second.detach())
 
 
+def _doubled_in_place_unread(a, c):
+    DoublesInPlace.apply(a)
+    return (c * 2,)
+
+
+def _unrelated_function(a, c):
+    a.mul_(2)
+    return (Identity.apply(c) * 2,)
+
+
+def _written_then_saved(a, c):
+    """The written input saved by a Function whose backward sends it no gradient."""
+    a.mul_(2)
+    return (ScaledBySaved.apply(c, a[:4]),)
+
+
+def _written_read_by_function(a, c):
+    """Control: a Function reads the written input and sends it a gradient."""
+    a.mul_(2)
+    return (ViewOf.apply(a[:4]) * c,)
+
+
+def _grad_output_tripled(a, c):
+    a.mul_(2)
+    return (TriplesGradOutput.apply(c * 1),)
+
+
+def _function_value_written_unread(a, c):
+    a[:4].copy_(ViewOf.apply(c) * 3)
+    return (c * 2,)
+
+
+def _function_value_written_and_read(a, c):
+    """Control: the Function's output is also returned, so its node runs (``c``'s gradient from both)."""
+    v = ViewOf.apply(c)
+    a[:4].copy_(v * 3)
+    return (v * 2,)
+
+
 def _plain_and_leaf():
     g = _gen()
     return torch.randn(4, generator=g), torch.randn(4, generator=g).requires_grad_()
@@ -125,23 +167,17 @@ PROGRAMS = {
     "written_from_other_input": (_written_from_other_input, _nonleaf_and_leaf),
     "function_output_written_unread": (_function_output_written_unread, _plain_and_leaf),
     "function_output_detached": (_function_output_detached, _plain_and_leaf),
+    "doubled_in_place_unread": (_doubled_in_place_unread, _nonleaf_and_leaf),
+    "unrelated_function": (_unrelated_function, _nonleaf_and_leaf),
+    "unrelated_function_view": (_unrelated_function, _view_of_nonleaf_and_leaf),
+    "written_then_saved": (_written_then_saved, _nonleaf_and_leaf),
+    "written_read_by_function": (_written_read_by_function, _nonleaf_and_leaf),
+    "grad_output_tripled": (_grad_output_tripled, _nonleaf_and_leaf),
+    "function_value_written_unread": (_function_value_written_unread, _nonleaf_and_leaf),
+    "function_value_written_and_read": (_function_value_written_and_read, _nonleaf_and_leaf),
 }
 
-_THROUGH_FUNCTION = (
-    "the program runs an autograd.Function, whose node eager's engine runs with zeros for the outputs no gradient "
-    "reached once one did (the function_output_* controls): the runtime cannot tell from the backward graph which "
-    "gradients pass through such a node (its ops carry no mark surviving functionalization), so with one present "
-    "it clears only a tangent passed through as a gradient itself, and the written input's leaves get zeros"
-)
-KNOWN_WRONG = {
-    (name, "training"): _THROUGH_FUNCTION
-    for name in (
-        "one_written_other_saved",
-        "one_written_other_saved_disjoint",
-        "one_written_other_saved_scaled_input",
-        "written_by_function_unread",
-    )
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

@@ -14,6 +14,7 @@ Eager is the oracle, in training and under ``no_grad``.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -257,11 +258,138 @@ def _no_grad_sin_out_grows_nonleaf(a0, a1):
     return (sum(t.real.sum() for t in (a0, a1, v3)),)
 
 
+def _no_grad_neg_out_then_weighted_sum(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return ((a0 * a1).sum(),)
+
+
+def _no_grad_transpose_and_write_then_weighted_sum(a0, a1):
+    with torch.no_grad():
+        a0.t_()
+        a0.mul_(2)
+    return ((a0 * a1).sum(),)
+
+
+def _use_then_no_grad_out_then_weighted_sum(a0, a1):
+    before = (a0 * a1[0]).sum()
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (before + (a0 * a1).sum(),)
+
+
+def _no_grad_out_then_views_returned(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0[1:] * 1, a0[0])
+
+
+def _no_grad_out_then_with_its_view_input(a0, v, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return ((a0 * a1).sum() + v.sum(),)
+
+
+def _no_grad_out_then_written_in_grad_mode(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    a0.mul_(a1)
+    return (a0.sum(),)
+
+
+def _nonleaf_and_view_of_it():
+    a = randn(1, 4).requires_grad_() * 1
+    return a, a[0, 1:], randn(3, 4, seed=1)
+
+
+def _nonleaf_1x4():
+    return randn(1, 4).requires_grad_() * 1, randn(3, 4, seed=1)
+
+
+def _written_then_no_grad_out_grows_it(a0, a1):
+    a1.mul_(2)
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    return (a1, a1.sum())
+
+
+def _doubled_then_no_grad_out_grows_it_returned(a0, a1):
+    v1 = DoublesInPlace.apply(a1)
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    return (v1 * 1,)
+
+
+def _no_grad_out_grows_it_then_written(a0, a1):
+    with torch.no_grad():
+        torch.neg(a0, out=a1)
+    a1.mul_(2)
+    return (a1,)
+
+
+def _viewed_then_no_grad_out_grows_it(a0, a1):
+    v = a0[:1]
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (v, a0[1:])
+
+
+def _used_then_no_grad_out_grows_it(a0, a1):
+    before = (a0 * 2).sum()
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (before + (a0 * a1).sum(),)
+
+
+def _no_grad_out_grows_twice_viewed_between(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1[:2], out=a0)
+    between = a0[1:]
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (between, a0[1:])
+
+
+def _view_of_nonleaf(start, *shape):
+    """out= of 3x4 grows the view, at ``start`` of an 11-element non-leaf, past the non-leaf's elements."""
+
+    def make():
+        base = randn(11, seed=1).requires_grad_() * 1
+        return randn(3, 4), base[start : start + math.prod(shape)].view(*shape)
+
+    return make
+
+
 def _mul_out_grows_own_view_then_requires_grad(a0):
     v1 = a0[..., ::2]
     torch.mul(a0, a0, out=v1)
     v1.requires_grad_()
     return (v1,)
+
+
+def _no_grad_out_then_shared_views(a0, a1):
+    with torch.no_grad():
+        torch.mul(a1, a1, out=a0)
+    w = a0[1:]
+    return (w, w[:, 1], a0.sum())
+
+
+def _no_grad_out_then_flat_view_and_use(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0.view(-1)[2:7], a0 * 2)
+
+
+def _no_grad_out_then_offset_views(a0, a1):
+    with torch.no_grad():
+        torch.neg(a1, out=a0)
+    return (a0[1:, 2:], a0.t()[1])
+
+
+def _leaf_on_larger_storage():
+    """A 2x2 leaf on a 12-element storage: out= of 3x4 restrides it within the storage, growing nothing."""
+    leaf = torch.empty(0).set_(randn(12).untyped_storage(), 0, (2, 2), (2, 1))
+    return leaf.requires_grad_(), randn(3, 4, seed=1)
 
 
 def _leaf_of(*shape):
@@ -293,53 +421,177 @@ GRAD_PROGRAMS.update(
             _no_grad_sin_out_grows_nonleaf,
             lambda: (randn(3, 4).requires_grad_() * 1, randn(2, 3, 4, seed=1).requires_grad_() * 1),
         ),
+        # views of the leaf in its new geometry spanning elements its old one does not: shared view objects, a
+        # flattened view beside another use, views at an offset, a leaf restrided within a larger storage
+        "no_grad_out_grows_leaf_then_shared_views": (_no_grad_out_then_shared_views, _leaf_of(2, 2)),
+        "no_grad_out_grows_leaf_then_flat_view_and_use": (_no_grad_out_then_flat_view_and_use, _leaf_of(5)),
+        "no_grad_out_grows_leaf_then_offset_views": (_no_grad_out_then_offset_views, _leaf_of(2)),
+        "no_grad_out_restrides_leaf_on_larger_storage": (_no_grad_mul_out_then_slice, _leaf_on_larger_storage),
+        # a non-leaf (no view) keeps its history through the change: the gradient of its new geometry reaches it
+        # index by index, summed to its old shape by the engine (not by the memory positions it then has)
+        "no_grad_out_grows_nonleaf_weighted": (_no_grad_neg_out_then_weighted_sum, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_used_before": (_use_then_no_grad_out_then_weighted_sum, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_views_returned": (_no_grad_out_then_views_returned, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_beside_its_view": (_no_grad_out_then_with_its_view_input, _nonleaf_and_view_of_it),
+        # a write autograd records after the change extends the history (a control: right before too)
+        "no_grad_out_grows_nonleaf_then_written": (_no_grad_out_then_written_in_grad_mode, _nonleaf_1x4),
+        "no_grad_out_grows_nonleaf_by_a_dim_weighted": (
+            _no_grad_neg_out_then_weighted_sum,
+            lambda: (randn(3, 4).requires_grad_() * 1, randn(2, 3, 4, seed=1)),
+        ),
+        "no_grad_transpose_and_write_nonleaf_weighted": (
+            _no_grad_transpose_and_write_then_weighted_sum,
+            lambda: (randn(3, 3).requires_grad_() * 1, randn(3, 3, seed=1)),
+        ),
+        # a write autograd records into a view of a non-leaf, then out= under no_grad growing the view past its
+        # base's elements: the grown part is no part of the base's history (a recorded write-back there would be
+        # refused by the backward); written after the growth, eager's backward refuses it, and so must ours
+        "written_then_no_grad_out_grows_it": (_written_then_no_grad_out_grows_it, _view_of_nonleaf(6, 2, 2)),
+        "written_then_no_grad_out_grows_flat_view": (_written_then_no_grad_out_grows_it, _view_of_nonleaf(3, 4)),
+        "doubled_then_no_grad_out_grows_it_returned": (
+            _doubled_then_no_grad_out_grows_it_returned,
+            _view_of_nonleaf(6, 2, 2),
+        ),
+        "no_grad_out_grows_it_then_written": (_no_grad_out_grows_it_then_written, _view_of_nonleaf(6, 2, 2)),
+        # a leaf viewed in grad mode before out= grows it: eager made its gradient accumulator then, for the shape it
+        # had, which gradients of the grown leaf are summed to (1x4), or refused by (2x2)
+        "viewed_then_no_grad_out_grows_leaf": (_viewed_then_no_grad_out_grows_it, _leaf_of(1, 4)),
+        "viewed_then_no_grad_out_grows_leaf_2x2": (_viewed_then_no_grad_out_grows_it, _leaf_of(2, 2)),
+        "used_then_no_grad_out_grows_leaf": (_used_then_no_grad_out_grows_it, _leaf_of(1, 4)),
+        "no_grad_out_grows_leaf_twice_viewed_between": (_no_grad_out_grows_twice_viewed_between, _leaf_of(1, 4)),
         # controls: the same write with no growth (same shape, same number of elements) is right
         "no_grad_out_same_shape_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(3, 4)),
         "no_grad_out_restrides_leaf_then_slice": (_no_grad_mul_out_then_slice, _leaf_of(12)),
     }
 )
 
-_GROWN_LEAF_VIEW = (
-    "the view of the grown leaf comes back with the leaf's gradient zero (or partial, a diagonal's first element "
-    "only) where eager's slice backward reaches the leaf in its new geometry; a leaf written under no_grad in "
-    "place without growth keeps the right gradient, so the loss is in out='s storage growth (resize_output) of a "
-    "leaf requiring grad in the metadata-mutation / runtime-epilogue regeneration of its output view"
-)
-KNOWN_WRONG = {
-    (name, "training"): _GROWN_LEAF_VIEW
-    for name in (
-        "no_grad_out_grows_leaf_then_slice",
-        "no_grad_out_grows_empty_leaf_then_slice",
-        "no_grad_out_grows_leaf_then_t",
-        "no_grad_out_grows_leaf_then_diagonal",
-        "no_grad_clamp_out_grows_leaf_then_unsqueeze",
-    )
-}
 
-KNOWN_WRONG[("doubled_then_no_grad_out_grows_it", "training")] = (
-    "undiagnosed (seed 26 program 136): out= under no_grad growing a view of a non-leaf that an autograd.Function "
-    "marked dirty: eager's backward runs, the compiled one raises setStorage out of bounds (a regenerated view "
-    "in the grown geometry on the old, smaller storage)"
+def _no_grad_clamp_out_then_step_slice(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1[..., ::2],)
+
+
+def _no_grad_clamp_out_then_select(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1[1],)
+
+
+def _no_grad_clamp_out_then_narrow_and_sum(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    v1 = a1.narrow(-1, 1, 2)
+    return (sum(t.real.sum() for t in (a1, v1)),)
+
+
+def _no_grad_clamp_out_then_view_of_view(a0, a1):
+    with torch.no_grad():
+        torch.clamp(a0, min=0, out=a1)
+    return (a1.view(12)[3:11:3],)
+
+
+def _clamp_out_args(*shape: int):
+    # (the written leaf takes the input's 3x4 shape, on a storage grown or not)
+    return lambda: (randn(15)[2:14].view(3, 4), randn(*shape, seed=1).requires_grad_())
+
+
+def _clamp_out_expanded_leaf():
+    return randn(15)[2:14].view(3, 4), randn((), seed=1).expand(2, 3).detach().requires_grad_()
+
+
+# Seed 22 program 3886, shrunk, and its variants: a leaf requiring grad written out= under no_grad with another
+# geometry, then viewed. The function gets an old-geometry view of the caller's leaf (restrided first), whose
+# change under no_grad leaves its record stale: views taken after are taken again from the leaf by strides.
+GRAD_PROGRAMS.update(
+    {
+        "no_grad_clamp_out_grows_leaf_then_step_slice": (_no_grad_clamp_out_then_step_slice, _clamp_out_args(4, 1)),
+        "no_grad_clamp_out_grows_leaf_then_select": (_no_grad_clamp_out_then_select, _clamp_out_args(4, 1)),
+        "no_grad_clamp_out_grows_leaf_then_narrow": (_no_grad_clamp_out_then_narrow_and_sum, _clamp_out_args(2)),
+        "no_grad_clamp_out_grows_leaf_then_view_of_view": (
+            _no_grad_clamp_out_then_view_of_view,
+            _clamp_out_args(3, 1),
+        ),
+        "no_grad_clamp_out_shrinks_leaf_then_step_slice": (
+            _no_grad_clamp_out_then_step_slice,
+            _clamp_out_args(4, 5),
+        ),
+        "no_grad_clamp_out_restrides_leaf_then_select": (_no_grad_clamp_out_then_select, _clamp_out_args(12)),
+        "no_grad_clamp_out_grows_expanded_leaf_then_step_slice": (
+            _no_grad_clamp_out_then_step_slice,
+            _clamp_out_expanded_leaf,
+        ),
+    }
 )
-KNOWN_WRONG[("no_grad_sin_out_grows_nonleaf", "training")] = (
-    "out= under no_grad growing a non-leaf (3x4 to 2x3x4): its history keeps the old shape, and eager's engine "
-    "sums the grown gradient down to it (validate_outputs' sum_to: the leaf's gradient 2 per element); the "
-    "compiled gradient is 1 (one copy only)"
-)
-# Seed 26 program 185, shrunk: under inference_mode.
-INFERENCE_PROGRAMS = {
-    "mul_out_grows_own_view_then_requires_grad": (
-        _mul_out_grows_own_view_then_requires_grad,
-        lambda: ((randn(24).requires_grad_() * 1)[12:24].view(3, 4),),
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("no_grad_out_grows_leaf_twice_viewed_between", "training"): (
+        "a leaf grown twice by out= under no_grad, viewed in grad mode between: eager's gradient accumulator keeps "
+        "the 2x4 shape it had then, and its backward refuses the 3x4 gradient; the compiled leaf's accumulator is "
+        "made in another geometry (the one it was called with, InputAliasInfo.accumulator_as_called only covers "
+        "an accumulator made before any change), so its backward runs"
     ),
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="undiagnosed (seed 26 program 185): under inference_mode, out= growing a view of the input (3x2 to "
-    "3x4) then requires_grad_() on it: eager's output requires grad, the compiled one does not",
+def _own_view_requires_grad_then_mul_out_grows_it(a0):
+    v1 = a0[..., ::2]
+    v1.requires_grad_()
+    with torch.no_grad():
+        torch.mul(a0, a0, out=v1)
+    return (v1,)
+
+
+def _transposed_own_view_then_requires_grad(a0):
+    v1 = a0[..., ::2]
+    v1.t_()
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _unsqueezed_own_view_then_requires_grad(a0):
+    v1 = a0[1]
+    v1.unsqueeze_(0)
+    v1.requires_grad_()
+    return (v1, v1 * 2)
+
+
+def _resized_own_view_then_requires_grad(a0):
+    v1 = a0[0]
+    v1.resize_(2, 2)
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _slice_of(grad: bool):
+    return lambda: ((randn(24).requires_grad_(grad) * 1)[12:24].view(3, 4),)
+
+
+# A view of an input (needing no grad) whose geometry changes in place, made to require grad by requires_grad_()
+# after the change (or before it): eager's output requires grad, so must the view taken again from the input.
+PROGRAMS.update(
+    {
+        "mul_out_grows_own_view_then_requires_grad": (_mul_out_grows_own_view_then_requires_grad, _slice_of(False)),
+        "own_view_requires_grad_then_mul_out_grows_it": (
+            _own_view_requires_grad_then_mul_out_grows_it,
+            _slice_of(False),
+        ),
+    }
 )
+# Seed 26 program 185, shrunk, and its variants: under inference_mode (the input made there is no view).
+INFERENCE_PROGRAMS = {
+    "mul_out_grows_own_view_then_requires_grad": (_mul_out_grows_own_view_then_requires_grad, _slice_of(True)),
+    "mul_out_grows_own_view_then_requires_grad_no_grad_base": (
+        _mul_out_grows_own_view_then_requires_grad,
+        _slice_of(False),
+    ),
+    "own_view_requires_grad_then_mul_out_grows_it": (_own_view_requires_grad_then_mul_out_grows_it, _slice_of(True)),
+    "transposed_own_view_then_requires_grad": (_transposed_own_view_then_requires_grad, _slice_of(True)),
+    "unsqueezed_own_view_then_requires_grad": (_unsqueezed_own_view_then_requires_grad, _slice_of(True)),
+    "resized_own_view_then_requires_grad": (_resized_own_view_then_requires_grad, _slice_of(True)),
+}
+
+
 @pytest.mark.parametrize("name", sorted(INFERENCE_PROGRAMS))
 def test_inference_mode(name):
     fn, make = INFERENCE_PROGRAMS[name]

@@ -54,6 +54,9 @@ class Source:
         self._indent = 1
         # The grad mode the code emitted next runs in, where a guard above checked it; None: unknown.
         self.grad_mode: bool | None = None
+        # Whether the code emitted next runs while counters started above may mark views as made in grad mode
+        # (``meta.versions.Counters.relaxes``).
+        self.relaxing = False
 
     def fresh(self, hint: str) -> str:
         """A variable name not used yet in this function."""
@@ -127,8 +130,10 @@ def counted_call(
         return inner(source, inner_args), no_counters
     c, before = source.const(counters, "counters"), source.fresh("before")
     source.line(f"{before} = {c}.start({args})")
+    relaxing, source.relaxing = source.relaxing, source.relaxing or counters.relaxes
     with source.block("try:"):
         inner_outs = inner(source, inner_args)
+    source.relaxing = relaxing
     with source.block("except BaseException:"):
         source.line(f"{c}.restore({args}, {before})")
         source.line("raise")

@@ -48,10 +48,11 @@ from torch.fx.experimental.symbolic_shapes import guard_or_true
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from meta.eager_state import geometry_of
 from meta.errors import UnsupportedMutationError
-from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
+from meta.fresh_views import KEEPS_OWN_HISTORY, STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import storage_key, view_root, whole_storage, whole_storage_in
+from meta.storage import offset_of, storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes, span_end
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -71,8 +72,9 @@ from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
 
-# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before.
-_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...]]
+# What ``enter`` hands ``leave``: the caller's tensors to restride, their final geometries, their counters before,
+# and views keeping leaves' gradient accumulators alive.
+_Entered = tuple[list[torch.Tensor], list[Any], tuple[int, ...], list[torch.Tensor]]
 
 
 class MetadataMutation:
@@ -110,6 +112,9 @@ class MetadataMutation:
         self._views_at_call: frozenset[DedupedArg] = frozenset()
         # Restrided-first leaves that are views: their geometry at the call and their final offset's negation.
         self._leaf_views: dict[DedupedArg, tuple[Any, Any, int]] = {}
+        # Outputs viewed again after their base's recorded change from a view taken before it
+        # (``_viewed_across_change``): replayed once the caller's tensor has its final geometry and history.
+        self._across_change: frozenset[UserOut] = frozenset()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -169,15 +174,30 @@ class MetadataMutation:
             i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride()), -_final_offset(meta.input_info[i]))
             for i in leaf_views
         }
+
+        def across(info: OutputAliasInfo[DedupedArg, UserOut]) -> bool:
+            base = info.base_input
+            return (
+                info.output_type == OutputType.ALIAS_OF_INPUT
+                and not info.after_set
+                and base in no_views
+                and base not in self._grad_from_inside
+                and _viewed_across_change(info.view_chain, meta.input_info[base], outer.args[base])
+            )
+
+        across_change = frozenset(UserOut(out_idx) for out_idx, info in enumerate(meta.output_info) if across(info))
+        self._across_change = across_change
         split = OutputSplit.of(
             meta,
             lambda info: (
                 info.after_set
+                or across(info)
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
                     and info.base_input in self._views_of_changed | written_changed | leaf_views
                 )
+                or _taken_after_restride(info, restrided_first)
             ),
             RestridedOut,
         )
@@ -226,6 +246,12 @@ class MetadataMutation:
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
 
+        # Of the inputs that are no views, the non-leaves requiring grad: eager's tensor keeps its history through a
+        # geometry change autograd does not record (``KEEPS_OWN_HISTORY``).
+        keep_history = frozenset(
+            i for i in no_views if meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf
+        )
+
         def inner_fn(*all_args: torch.Tensor) -> list[torch.Tensor]:
             args, bases = all_args[:num_inputs], all_args[num_inputs : num_inputs + len(moved)]
             working = list(args)
@@ -233,7 +259,7 @@ class MetadataMutation:
                 working[arg_idx] = (
                     _history_alias(args[arg_idx])
                     if arg_idx in set_with_history
-                    else _alias_as_made(args[arg_idx], arg_idx in no_views)
+                    else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
             for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
@@ -287,7 +313,10 @@ class MetadataMutation:
                 for n, i in enumerate(moved, num_inputs)
             )
             + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
-            split.inner_output_info([_from_final(info, started) for info in meta.output_info], RestridedArg)
+            split.inner_output_info(
+                [_from_final(info, started) for info in meta.output_info],
+                RestridedArg,
+            )
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
         )
@@ -344,7 +373,7 @@ class MetadataMutation:
 
         inner_args = list(outer.args)
         for arg_idx in chosen:
-            inner_args[arg_idx] = _leaf_on(outer.args[arg_idx]).requires_grad_()
+            inner_args[arg_idx] = _made_leaf(outer.args[arg_idx])
 
         def untracked_view(info: OutputAliasInfo[DedupedArg, UserOut]) -> OutputAliasInfo[DedupedArg, UserOut]:
             # A view without history: taken under no_grad, or before requires_grad_() (it requires grad then, as
@@ -380,7 +409,10 @@ class MetadataMutation:
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
         leaf_views = self._leaf_views
+        across_change = self._across_change
+        across_bases = {meta.output_info[out_idx].base_input for out_idx in across_change}
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
+        accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
         def enter(args: list[torch.Tensor]) -> tuple[list[torch.Tensor], _Entered]:
             """Before the inner call: its arguments (restrided inputs, moved ones' bases), and what ``leave`` reads."""
@@ -388,6 +420,11 @@ class MetadataMutation:
             # Under dynamic shapes, this call's values of the final geometries: read before any input changes.
             geometries = [resolve_sizes(info.final_metadata) for _, info in final]
             before = counters.read(args)
+            # Eager made these leaves' gradient accumulators before their geometry changed, for the geometry they
+            # have now, which an accumulator keeps (gradients reaching the leaf are summed to that shape, or
+            # refused): made here too, kept alive until the outputs reaching them are made.
+            with torch.enable_grad():
+                anchors = [args[i].view_as(args[i]) for i in accumulators_as_called if args[i].requires_grad]
             inner_args = list(args) + [_base_of(args[arg_idx]) for arg_idx in moved]
             inner_args += [_old_self(args[arg_idx]) for arg_idx in reshaped]
             for arg_idx in reshaped:
@@ -398,11 +435,13 @@ class MetadataMutation:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
             counters.restore(args, before)
-            return inner_args, (targets, geometries, before)
+            return inner_args, (targets, geometries, before, anchors)
 
         def leave(args: list[torch.Tensor], inner_outs: list[Any], entered: _Entered) -> list[Any]:
             """After the inner call: the caller's tensors in their final geometry, the outputs tied to them."""
-            targets, geometries, before = entered
+            targets, geometries, before, _ = entered
+            # The geometries the caller's tensors start in, to take views eager took before a change from.
+            started = {base: geometry_of(args[base]) for base in across_bases if base is not None}
             num_kept, num_fresh = len(split.kept), len(fresh)
             wholes = inner_outs[num_kept : num_kept + num_fresh]
             new_storages = {arg_idx: _storage_of(whole) for arg_idx, whole in zip(fresh, wholes, strict=True)}
@@ -508,10 +547,12 @@ class MetadataMutation:
                 (out_idx, out_info)
                 for out_idx, out_info in enumerate(meta.output_info)
                 if out_info.after_set
+                or out_idx in across_change
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
                     and out_info.base_input in views_of_changed | written_changed | leaf_views.keys()
                 )
+                or _taken_after_restride(out_info, restrided_first)
             ]
             for out_idx, out_info in after_set:  # taken from the caller's tensor in its new memory (or geometry)
                 base = out_info.base_input
@@ -522,8 +563,14 @@ class MetadataMutation:
                 chain = out_info.view_chain
                 if base in written_changed:  # taken in the final geometry, which the caller's tensor has now
                     chain = (dataclasses.replace(chain[0], from_geometry=None), *chain[1:])
-                if base in leaf_views:  # taken in the geometry it had, the caller's tensor has its final one
+                elif base in leaf_views and chain[0].from_geometry is None:
+                    # Taken before the change (``leaf_views``), in the geometry it had; the caller's tensor has its
+                    # final one.
                     chain = _chain_from_final(chain, leaf_views[base])
+                elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
+                    chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
+                elif out_idx in across_change:  # its first step from the geometry the caller's tensor had then
+                    chain = (_from_geometry_then(chain[0], started[base], args[base]), *chain[1:])
                 outs[out_idx] = replay_views(args[base], chain, made, at)
             if after_set:
                 counters.finish(args, before)
@@ -603,14 +650,15 @@ def _made_for(info: InputAliasInfo, arg_idx: DedupedArg) -> DedupedArg:
     return DedupedArg(index) if kind == "moved_with" else arg_idx
 
 
-def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
+def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool, keeps_history: bool = False) -> torch.Tensor:
     """An alias of ``arg`` that autograd judges as ``arg``: taken in grad mode whatever the caller's (an input
     that is no view is no view made under no_grad, which an enable_grad region could not read once its
     geometry changed), then marked as made where ``arg`` was made, if a view. An input that is no view and
     needs no grad gets a detached alias: no view either, so a ``requires_grad_()`` inside makes it a leaf as it
     makes eager's, from which autograd takes views (of another dtype too) again, not from the input below.
     ``stands_for_no_view``: the caller's tensor is no view (eager takes views of it again from it, not from a
-    base); the trace's ``arg`` may be none where the caller's is one."""
+    base); the trace's ``arg`` may be none where the caller's is one. ``keeps_history``: it is a non-leaf too,
+    whose history eager keeps through a geometry change under no_grad (``meta.fresh_views.KEEPS_OWN_HISTORY``)."""
     if arg._base is None and not arg.requires_grad:
         return arg.detach()
     with torch.enable_grad():
@@ -618,6 +666,7 @@ def _alias_as_made(arg: torch.Tensor, stands_for_no_view: bool) -> torch.Tensor:
     _mark_as_made(alias, arg)
     if stands_for_no_view:
         setattr(alias, STANDS_FOR_NO_VIEW, True)
+        setattr(alias, KEEPS_OWN_HISTORY, keeps_history)
     return alias
 
 
@@ -666,6 +715,40 @@ def _views_taken_at_the_end(meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_
         for info in meta.output_info
         if info.output_type == OutputType.ALIAS_OF_INPUT and info.base_input == arg_idx
     )
+
+
+def _viewed_across_change(chain: tuple[ViewStep, ...], info: InputAliasInfo, arg: torch.Tensor) -> bool:
+    """Whether a view of input ``arg`` (no view, requiring grad) is taken, after the function's last change of
+    its geometry, of a view taken before it (``v = a[:, ::2]; a.as_strided_(...); v.t()``), autograd recording
+    a change: eager's record of the view taken before is stale then, so its history is taken again from the
+    input's new history, by strides (an ``as_strided_``'s backward reaching only the elements it spans), and the
+    view after is taken on that. Replayed on the caller's tensor before its change, the chain would keep the old
+    history. A change of shape alone (``t_``) reaches the same elements."""
+    steps = info.metadata_steps
+    recorded = torch.is_grad_enabled() and not info.metadata_mutations_under_no_grad and bool(steps)
+    if not (recorded and info.requires_grad and not info.is_leaf):
+        return False
+    if info.storage_set_to is not None or info.storage_grown_to or info.moves_history:
+        return False
+    last_change = steps[-1][4]
+    return (
+        not any(step.runtime_sizes for step in chain)
+        and 0 <= chain[0].version < last_change <= chain[-1].version
+        and _elements_reached_change(info, arg)
+    )
+
+
+def _from_geometry_then(
+    step: ViewStep, started: tuple[tuple[int, ...], tuple[int, ...], int], arg: torch.Tensor
+) -> ViewStep:
+    """``step``, the first of a chain of views taken from ``arg`` before its geometry changed, from the geometry
+    it had then (its ``from_geometry``, relative to the offset ``arg`` had when the call ``started``; none: the
+    geometry it started in), now relative to the offset the caller's tensor has once changed."""
+    size, stride, offset = started
+    if step.from_geometry is not None:
+        size, stride, relative = step.from_geometry
+        offset += relative
+    return dataclasses.replace(step, from_geometry=(size, stride, offset - offset_of(arg)))
 
 
 def _history_alias(arg: torch.Tensor) -> torch.Tensor:
@@ -794,7 +877,8 @@ def _base_of(arg: torch.Tensor) -> torch.Tensor:
 
 
 class _MovedHistories(TorchFunctionMode):
-    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), every op gets, in the
+    """After ``set_()`` under no_grad moves an input (a view of a base requiring grad), or a leaf's geometry changes
+    there after a use in grad mode (an in-place view op, an ``out=`` resizing it), every op gets, in the
     input's place, a stand-in: its base ``as_strided`` in the input's current geometry, ``set_()`` onto the
     input under no_grad. The same memory, with the history eager takes again for the moved view, so later
     uses differentiate the base where eager's do; in-place geometry changes still apply to the input."""
@@ -835,6 +919,21 @@ class _MovedHistories(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        # An op resizing a leaf passed as its ``out=`` under no_grad moves it as a geometry change does.
+        resized = [] if torch.is_grad_enabled() else self._leaves_in(kwargs.get("out"))
+        before = [(t.shape, t.stride(), t.storage_offset()) for t in resized]
+        out = self._call(func, args, kwargs)
+        for leaf, geometry in zip(resized, before, strict=True):
+            if (leaf.shape, leaf.stride(), leaf.storage_offset()) != geometry:
+                self._moved[id(leaf)] = self._bases[id(leaf)]
+        return out
+
+    def _leaves_in(self, outs: Any) -> list[torch.Tensor]:
+        """The leaf inputs among ``outs`` (an op's ``out=``)."""
+        tensors = [t for t in tree_flatten(outs)[0] if isinstance(t, torch.Tensor)]
+        return [t for t in tensors if (found := self._bases.get(id(t))) is not None and found[0] is t and found[2]]
+
+    def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         name = getattr(func, "__name__", "")
         if isinstance(func, torch._ops.OpOverload):  # ``Tensor.set_`` arrives as ``aten.set_.source_Tensor``
             name = func.overloadpacket.__name__
@@ -924,6 +1023,28 @@ def _restrided_first(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside: 
         zip(arg.stride(), arg.shape, strict=True)
     )
     return info.storage_set_to is None and (info.mutates_data or same_elements)
+
+
+def _taken_after_restride(info: OutputAliasInfo[DedupedArg, UserOut], restrided_first: tuple[DedupedArg, ...]) -> bool:
+    """A view of a ``_restrided_first`` input taken after its geometry changed: taken here from the caller's
+    tensor, which has that geometry, as eager's view of the leaf is. Below, the function's input is a view of the
+    leaf in its old geometry, which may span fewer elements (``out=`` growing it): a view taken again from that
+    one would be an ``as_strided`` of it, whose gradient reaches only the old geometry's elements."""
+    return (
+        info.output_type == OutputType.ALIAS_OF_INPUT
+        and info.base_input in restrided_first
+        and info.view_chain[0].from_geometry is not None
+    )
+
+
+def _chain_from_restrided(chain: tuple[ViewStep, ...], final: tuple[Any, Any, int]) -> tuple[ViewStep, ...]:
+    """``chain`` (its first step taken in a geometry relative to the input's original one), replayed from the
+    input in its ``final`` geometry (this call's values): no geometry where the view was taken in that one."""
+    final_size, final_stride, final_offset = final
+    size, stride, relative = resolve_sizes(chain[0].from_geometry)
+    geometry = (size, stride, relative - final_offset)
+    from_final = None if geometry == (final_size, final_stride, 0) else geometry
+    return (dataclasses.replace(chain[0], from_geometry=from_final), *chain[1:])
 
 
 def _restrided_inside(info: InputAliasInfo, grad_from_inside: bool) -> bool:
@@ -1070,6 +1191,18 @@ def _leaf_on(arg: torch.Tensor) -> torch.Tensor:
     leaf = torch.empty(0, dtype=arg.dtype, device=arg.device)
     with torch.no_grad():
         return leaf.set_(arg.untyped_storage(), arg.storage_offset(), arg.shape, arg.stride())
+
+
+def _made_leaf(arg: torch.Tensor) -> torch.Tensor:
+    """What the caller's tensor is once made to require grad before the call: a leaf on ``arg``'s memory, and a
+    view of ``arg``'s base where ``arg`` is a view (of a base needing no grad), so the layers below plan for the
+    tensor they get at run time (a synthetic base taken from that base, the leaf's gradient rerouted to it: seed 23
+    program 1160; one taken from the leaf was planned here and lost that gradient there)."""
+    if not arg._is_view():
+        return _leaf_on(arg).requires_grad_()
+    with torch.enable_grad():
+        alias: torch.Tensor = torch.ops.aten.alias.default(arg)
+    return alias.requires_grad_()
 
 
 def _set_in_grad_mode(info: InputAliasInfo) -> bool:
@@ -1221,7 +1354,10 @@ class _RequiresGradInside(TorchFunctionMode):
         else:
             out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
         in_place = name.endswith("_") and not name.startswith("__") and bool(args) and out is args[0]
-        in_place = in_place and torch.is_grad_enabled()  # recorded: eager rebases the view's history
+        # Recorded (grad mode, and some tensor it read requires grad): eager rebases the view's history. One that
+        # autograd did not record (nothing requiring grad yet) leaves the view's record where it was, so a read
+        # after the alias's requires_grad_() takes its history again from the input (seed 23 program 1418).
+        in_place = in_place and torch.is_grad_enabled() and out.requires_grad
         self._record_views(args, kwargs, out, in_place)
         return out
 

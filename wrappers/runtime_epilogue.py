@@ -25,7 +25,8 @@ import torch
 
 from meta.indices import BaseArg, BaseOut, GraphArg, GraphOut, IndexMap, IntermediateBase
 from meta.recorder import ViewRecorder
-from meta.storage import clone_at_offset, whole_storage
+from meta.stand_ins import leaf_standing_for
+from meta.storage import clone_at_offset, leaf_of_ungraded_base, whole_storage
 from meta.versions import Counters, counter_groups, recorded_stale, refuse_history, uncounted
 from meta.view_and_mutation import (
     OutputAliasInfo,
@@ -84,6 +85,9 @@ class RuntimeEpilogue:
                 # reads it (``requires_grad``), and an autograd.Function returns a detached alias of it then.
                 with torch.set_grad_enabled(torch.is_grad_enabled() or args[arg_idx].requires_grad):
                     working[arg_idx] = clone_at_offset(args[arg_idx])
+                if leaf_of_ungraded_base(args[arg_idx]):
+                    # Eager's views of it follow the base requiring none, not the leaf; a copy's would follow it.
+                    working[arg_idx] = leaf_standing_for(working[arg_idx])
             if witnesses:
                 recorder = ViewRecorder()
                 with recorder:
@@ -446,4 +450,5 @@ def _unmutated(info: Any) -> Any:
         mutations_hidden_from_autograd=False,
         requires_grad_after=False,
         version_bumps=0,
+        writes_recorded_past_base=False,
     )

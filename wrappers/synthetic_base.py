@@ -26,7 +26,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
-from meta.storage import clone_at_offset, overlaps, storage_extent, storage_key, view_root
+from meta.stand_ins import leaf_standing_for
+from meta.storage import clone_at_offset, leaf_of_ungraded_base, overlaps, storage_extent, storage_key, view_root
 from meta.versions import Counters, counter_groups, uncounted
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -119,8 +120,10 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
 
     Taken from the base the members are views of (or the member that is that
     base), so gradients reach every element; from the first member only when
-    they have no common base; from the one member requiring grad when that
-    base requires none (a view the function called ``requires_grad_()`` on).
+    they have no common base. A member that is a leaf of its own (a view of a
+    base needing none, made to require grad) is rerouted (``_own_histories``):
+    a view of it reaching past its elements would have its history taken again
+    from that base once a write moves the shared counter, losing the gradient.
     """
     if len({m.dtype for m in members}) > 1:
         raise UnsupportedMutationError(
@@ -132,6 +135,11 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
     # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
     # would refuse the history an enable_grad region of the function reads.
     with torch.enable_grad():
+        if source.requires_grad and source.grad_fn is None and source._base is not None:
+            # A leaf view of a base needing none: autograd takes a view's history again from that base once the
+            # counter moves (the layers below set it early), and the gradient would stop there. An alias of no
+            # view, whose gradient goes to the leaf, is the root the base's history is taken again from.
+            source = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
         return source.as_strided((end - start,), (1,), start)
 
 
@@ -144,9 +152,6 @@ def _source(members: Sequence[torch.Tensor]) -> torch.Tensor:
     grad_roots = {id(root): root for root in (view_root(m) for m in requiring_grad) if root.requires_grad}
     if len(grad_roots) == 1:
         source = next(iter(grad_roots.values()))
-    elif len(requiring_grad) == 1 and not source.requires_grad:
-        # A leaf of its own (``requires_grad_()`` on a view of a base needing none): gradients reach it.
-        source = requiring_grad[0]
     return source
 
 
@@ -296,6 +301,9 @@ class SyntheticBase:
         self._rerouted = rerouted
         own_leaves = {m for m in rerouted if args[m].grad_fn is None}
         self._own_leaves = own_leaves
+        # Eager's views of these follow the base requiring none they are leaf views of, not the leaf; a member's
+        # would follow the base's copy (``meta.stand_ins``).
+        ungraded = {m for cluster in clusters for m in cluster.members if leaf_of_ungraded_base(args[m])}
         first_rerouted = len(plain) + len(clusters)
 
         def inner_fn(*inner_args: torch.Tensor) -> list[torch.Tensor]:
@@ -328,11 +336,13 @@ class SyntheticBase:
                             own = inner_args[first_rerouted + rerouted.index(m)]
                             if m in own_leaves:  # its gradient covers its own elements
                                 working[m] = GradientTo.apply(own, member)  # type: ignore[no-untyped-call]
-                                continue
-                            # The base's memory with the member's own history (its root over the same span):
-                            # views of it, as_strided ones too, reach every element the member's root has there.
-                            own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
-                            working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
+                            else:
+                                # The base's memory with the member's own history (its root over the same span):
+                                # views of it, as_strided ones too, reach every element the member's root has there.
+                                own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                                working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
+                        if m in ungraded:
+                            working[m] = leaf_standing_for(working[m])
             outs = list(flat_fn(*working))
             new_values = [
                 copy if m is None else working[m]
@@ -539,6 +549,8 @@ def _function_views(
 
 
 def _merged(infos: Sequence[InputAliasInfo]) -> InputAliasInfo:
-    """One write standing for several inputs' writes: seen by autograd if any of theirs was."""
+    """One write standing for several inputs' writes: seen by autograd if any of theirs was, past a base if any
+    of theirs went there."""
     visible = [info for info in infos if info.mutation_visible_to_autograd]
-    return visible[0] if visible else infos[0]
+    past_base = any(info.writes_recorded_past_base for info in infos)
+    return dataclasses.replace(visible[0] if visible else infos[0], writes_recorded_past_base=past_base)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from meta.storage import one_index_per_element
+from meta.storage import one_index_per_element, storage_extent
 from meta.view_and_mutation import InputAliasInfo
 
 __all__ = ["write_back"]
@@ -43,4 +43,23 @@ def write_back(
             # unasked, autograd judges it a leaf requiring grad and refuses the write eager made before that.
             if recorded:
                 target.grad_fn  # noqa: B018
+            if recorded and not info.writes_recorded_past_base:
+                target, new_value = _past_its_base_unrecorded(target, new_value)
             target.copy_(new_value)
+
+
+def _past_its_base_unrecorded(target: torch.Tensor, new_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A flat target (a synthetic base's whole) reaching past the elements of the tensor it is a view of, into
+    memory a storage grown by ``out=``/``resize_`` holds beyond them, where eager's recorded writes did not go:
+    that part is written here, unrecorded, as eager wrote it, and the rest returned. (Recorded, the write's
+    backward would read a view past the base out of the base's gradient, which autograd refuses.)"""
+    base = target._base
+    if base is None or target.dim() != 1 or target.stride() != (1,):
+        return target, new_value
+    start, end = storage_extent(target)
+    within = storage_extent(base)[1] - start
+    if not start < start + within < end:
+        return target, new_value
+    with torch.no_grad():
+        target[within:].copy_(new_value[within:])
+    return target[:within], new_value[:within]

@@ -23,7 +23,7 @@ from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.indices import GraphArg, GraphOut
 from meta.storage import one_index_per_element
-from meta.versions import version
+from meta.versions import as_read, version
 from meta.view_and_mutation import TensorSpec, ViewAndMutationMeta
 from wrappers.codegen import Source, attach
 
@@ -392,10 +392,12 @@ def make_training_runtime(
         # Called under no_grad, the function made outputs with a gradient in an enable_grad region:
         # record the call (the outputs eager made without one are marked non-differentiable).
         with torch.enable_grad():
-            return list(CompiledFunction.apply(*edged(args)))  # type: ignore[no-untyped-call]
+            return list(CompiledFunction.apply(*edged(as_read(args))))  # type: ignore[no-untyped-call]
 
     def emit(source: Source, args: str) -> str:
         apply = source.const(CompiledFunction.apply, "compiled_function")
+        if source.relaxing:  # the histories eager's reads took, of views whose counters moved before this call
+            args = f"{source.const(as_read, 'as_read')}({args})"
         if own_edge:
             source.line("# an edge of the call's own: its backward writes an input though none requires grad")
             args = f"{source.const(edged, 'edged')}({args})"

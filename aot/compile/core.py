@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from aot.compile.higher_order import (
 from aot.compile.input_writes import keep_input_writes
 from aot.compile.partition import output_values, saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
-from aot.compile.trace import USER_FUNCTIONS, example_inputs, trace_inference, trace_joint
+from aot.compile.trace import REACHED_FROM, USER_FUNCTIONS, example_inputs, trace_inference, trace_joint
 from aot.config import AOTConfig
 from meta.collect import raised_by_eager_backward
 from meta.indices import GraphArg, GraphOut, UserArg, UserOut
@@ -109,6 +109,7 @@ def compile_core(
         entry.joint = joint
         entry.extra["backward_writes"] = tuple(joint.meta["mutated_inputs"])
         entry.extra[USER_FUNCTIONS] = joint.meta.get(USER_FUNCTIONS, True)
+        entry.extra[REACHED_FROM] = joint.meta.get(REACHED_FROM)
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         insert_runtime_asserts(entry.forward, "forward")
@@ -198,7 +199,9 @@ def runtime_from_graphs(
             higher_order,
             saved_primals,
             # (unknown for a stored entry: as with an autograd.Function)
-            _gradient_sources(meta, backward_gm, len(saved), entry.extra.get(USER_FUNCTIONS, True)),
+            _gradient_sources(
+                meta, backward_gm, len(saved), entry.extra.get(USER_FUNCTIONS, True), entry.extra.get(REACHED_FROM)
+            ),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)
@@ -271,7 +274,11 @@ def _higher_order(
 
 
 def _gradient_sources(
-    meta: ViewAndMutationMeta[GraphArg, GraphOut], backward: fx.GraphModule, num_saved: int, user_functions: bool
+    meta: ViewAndMutationMeta[GraphArg, GraphOut],
+    backward: fx.GraphModule,
+    num_saved: int,
+    user_functions: bool,
+    reached_from: Mapping[int, frozenset[int]] | None = None,
 ) -> list[tuple[int, frozenset[int]]]:
     """(primal, outputs) pairs: the outputs whose tangents the backward's gradient of the primal is computed
     from, where those are some of the outputs with a tangent, not all (the output's own tangent passed through,
@@ -280,7 +287,9 @@ def _gradient_sources(
     other outputs and would give it zeros computed from materialized tangents.
 
     ``user_functions``: the backward runs an autograd.Function's backward, which eager's engine runs with zeros
-    for its outputs no gradient reached once one did: only a tangent passed through as the gradient itself then.
+    for its outputs no gradient reached once one did: the graph's data flow does not tell then. ``reached_from``
+    (the trace's, for each primal requiring grad: the outputs a gradient reaches it from along eager's autograd
+    graph) does; without it (a stored entry), only a tangent passed through as the gradient itself is told.
     """
     placeholders = [node for node in backward.graph.nodes if node.op == "placeholder"]
     tangent_of = {node: meta.traced_tangents[k] for k, node in enumerate(placeholders[num_saved:])}
@@ -292,6 +301,12 @@ def _gradient_sources(
             sources[node] = frozenset().union(*(sources[n] for n in node.all_input_nodes))
     every = frozenset(meta.traced_tangents)
     grads = output_values(backward)[: len(meta.input_info)]
+    if user_functions and reached_from is not None:
+        return [
+            (p, reached_from[p])
+            for p, g in enumerate(grads)
+            if isinstance(g, fx.Node) and p in reached_from and reached_from[p] < every
+        ]
     if user_functions:
         return [(p, sources[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and g in tangent_of]
     return [(p, sources[g]) for p, g in enumerate(grads) if isinstance(g, fx.Node) and frozenset() < sources[g] < every]

@@ -15,7 +15,6 @@ Only Python calls are seen (a torch-function mode, and ``Tensor.detach`` itself)
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -96,15 +95,9 @@ class NoGradViewEdges(TorchFunctionMode):
     backward writes it) has no edge to it either, yet eager's backward runs every node its roots reach, those too.
     The joint trace's ``torch.autograd.grad`` runs only the nodes reaching its inputs: on the fakes, the view
     becomes a leaf of its own (``requires_grad_()``, its gradient dropped as a leaf made inside's), which they reach.
-
-    ``ungraded``: tensors (the trace's primals) whose no_grad views eager's caller has requiring no grad (an input
-    the caller called ``requires_grad_()`` on, a view of a base requiring none), where the fakes' views require
-    it: left without an edge, as no node eager's backward runs reads them.
+    (Views of an input eager's caller made a leaf by ``requires_grad_()`` on a view of a base requiring none follow
+    that base: taken under no_grad of the leaf the function gets for it, ``meta.stand_ins``, they require none.)
     """
-
-    def __init__(self, ungraded: Sequence[torch.Tensor] = ()) -> None:
-        super().__init__()
-        self.ungraded = {id(t) for t in ungraded}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -119,7 +112,6 @@ class NoGradViewEdges(TorchFunctionMode):
                 and tensor.requires_grad
                 and tensor._is_view()
                 and is_leaf_safely(tensor)
-                and id(tensor._base) not in self.ungraded
             ):
                 with torch._C.DisableTorchFunction():
                     tensor.requires_grad_()

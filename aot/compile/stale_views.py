@@ -10,8 +10,13 @@ every element of the base. ``x[:, 1].as_strided((4,), (1,), 19)`` then a write
 into ``x``: eager's gradient flows into elements 19..22, the replayed chain's does
 not.
 
-``RegeneratedViews`` follows such views (``as_strided`` of a view, and views of
-those) and, once their memory was written after they were made, hands every op
+They differ too where the base overlaps itself (an expanded leaf,
+``x.expand(2, 3).detach().requires_grad_()``): ``as_strided``'s backward spreads
+each memory element's gradient evenly over the base's indices reaching it, a
+view op's backward puts it at the view's own indices.
+
+``RegeneratedViews`` follows such views (``as_strided`` of a view, views of
+those, and views of a base overlapping itself) and, once their memory was written after they were made, hands every op
 using them ``base.as_strided(geometry)`` in their place: eager's regenerated
 history. ``needs_regenerated_views`` tells from a traced graph whether a program
 takes such a view at all, so that only those programs are traced under the mode
@@ -27,8 +32,8 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
-from meta.fresh_views import STANDS_FOR_NO_VIEW
-from meta.storage import storage_key
+from meta.fresh_views import STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
+from meta.storage import expanded_dims, overlaps_itself, storage_key
 from meta.storage_set import history_taken_again
 
 __all__ = ["RegeneratedViews", "needs_regenerated_views"]
@@ -41,17 +46,31 @@ _VIEW_PROPERTIES = frozenset({"real", "imag", "T", "mT", "H", "mH", "data"})
 
 
 def needs_regenerated_views(gm: fx.GraphModule) -> bool:
-    """Whether the traced program takes an ``as_strided`` of a view and writes memory in place."""
-    as_strided_of_view = writes = False
+    """Whether the traced program takes an ``as_strided`` of a view, or a view of memory that overlaps itself,
+    and writes memory in place."""
+    regenerated_differs = writes = False
     for node in gm.graph.nodes:
         target = node.target
         if not isinstance(target, torch._ops.OpOverload):
             continue
+        source = node.args[0] if node.args else None
         if target is torch.ops.aten.as_strided.default:
-            source = node.args[0]
-            as_strided_of_view |= isinstance(source, fx.Node) and _is_view_op(source.target)
+            regenerated_differs |= isinstance(source, fx.Node) and _is_view_op(source.target)
+        if _is_view_op(target) and isinstance(source, fx.Node):
+            value = source.meta.get("val")
+            regenerated_differs |= isinstance(value, torch.Tensor) and _overlaps_itself(value)
         writes |= target._schema.is_mutable
-    return as_strided_of_view and writes
+    return regenerated_differs and writes
+
+
+def _overlaps_itself(tensor: torch.Tensor) -> bool:
+    """Whether several indices of ``tensor`` reach one memory element (an expanded tensor): eager's regenerated
+    history, ``as_strided``'s backward, then spreads a view's gradient evenly over the indices of its base that
+    reach each element, where the view op's backward puts it at the view's own indices."""
+    if tensor.layout != torch.strided:
+        return False
+    shape, stride = tensor.shape, tensor.stride()
+    return bool(expanded_dims(shape, stride)) or overlaps_itself(shape, stride)
 
 
 def _is_view_op(target: Any) -> bool:
@@ -71,6 +90,8 @@ class RegeneratedViews(TorchFunctionMode):
         followed = self._followed.get(id(tensor))
         if followed is None or followed[0] is not tensor or tensor._version == followed[1]:
             return tensor
+        if hasattr(tensor, STANDS_FOR_LEAF) or getattr(tensor, STANDS_FOR_NO_VIEW, False):
+            return tensor  # a layer's alias standing for an input that is no view in eager: never taken again
         base = tensor._base
         if base is None or base.dtype != tensor.dtype:  # as_strided cannot take a view of another dtype
             return tensor
@@ -115,6 +136,13 @@ class RegeneratedViews(TorchFunctionMode):
         # (An alias standing for an input that is no view is none in eager: ``FreshViews`` follows its views.)
         taken_from_view = name == "as_strided" and source._base is not None
         taken_from_view = taken_from_view and not getattr(source, STANDS_FOR_NO_VIEW, False)
+        known = self._followed.get(id(out))
+        if known is not None and known[0] is out:
+            return  # (the user's view an op returned as it is, ``v.real``): followed from when it was made
         followed = self._followed.get(id(source))
-        if taken_from_view or (followed is not None and followed[0] is source and out._base is source._base):
+        if (
+            taken_from_view
+            or _overlaps_itself(out._base)
+            or (followed is not None and followed[0] is source and out._base is source._base)
+        ):
             self._followed[id(out)] = (out, out._version)

@@ -39,6 +39,7 @@ from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
+from meta.stand_ins import collecting_stand_ins, leaf_standing_for
 from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
 from meta.storage_set import StorageSetsOntoTensors
 from meta.versions import history_refused
@@ -186,6 +187,7 @@ def trace_joint(
     gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
     _reuse_forward_draws(gm, len(meta.output_info))
     gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
+    gm.meta[REACHED_FROM] = backward_writes.reached_from
     return gm
 
 
@@ -218,23 +220,27 @@ def _trace_joint_once(
 
     backward_writes = _BackwardWrites()
 
-    # Primals whose no_grad views eager's need no grad, where the fakes' (independent leaves) do.
+    # Primals eager's caller has as leaf views of a base requiring none, where the fakes are independent leaves:
+    # the function gets a leaf made as eager's in their place (``meta.stand_ins``).
     ungraded = [i for i, arg in enumerate(flat_args) if leaf_of_ungraded_base(arg)]
 
     def joint(*args: torch.Tensor) -> list[torch.Tensor | None]:
         primal_args, tangent_args = args[:num_primals], args[num_primals:]
         fresh_views = FreshViews()
         history_stops = HistoryStops()
-        with (
-            torch.set_grad_enabled(grad_mode),
-            _flag_sets_as_eager(),
-            _geometry_changes(meta, fresh_views, primal_args),
-            regenerated if regenerated is not None else contextlib.nullcontext(),
-            history_stops,
-            NoGradViewEdges([primal_args[i] for i in ungraded]),
-        ):
-            outs = [fresh_views.returned(out) for out in flat_fn(*primal_args)]
-        made_leaves = _leaves_made_inside(history_stops.made, primal_args)
+        with collecting_stand_ins() as stand_ins:
+            as_called = [leaf_standing_for(p) if i in ungraded else p for i, p in enumerate(primal_args)]
+            with (
+                torch.set_grad_enabled(grad_mode),
+                _flag_sets_as_eager(),
+                _geometry_changes(meta, fresh_views, as_called),
+                regenerated if regenerated is not None else contextlib.nullcontext(),
+                history_stops,
+                NoGradViewEdges(),
+            ):
+                outs = [fresh_views.returned(out) for out in flat_fn(*as_called)]
+        stand_in_leaves = [leaf for leaf, _ in stand_ins]
+        made_leaves = _leaves_made_inside(history_stops.made, [*as_called, *stand_in_leaves])
         history_stops.mark()
         if regenerated is not None:
             outs = [regenerated.fresh(out) if isinstance(out, torch.Tensor) else out for out in outs]
@@ -260,10 +266,26 @@ def _trace_joint_once(
             # the trace, and the caller makes the compiled backward raise it. It runs every node reaching a
             # leaf, the function's own too (their gradients dropped): an autograd.Function's backward there
             # may write an input.
-            with EagerOverlapChecks(), backward_writes:
-                found = torch.autograd.grad(
-                    differentiable, [*(primal_args[i] for i in wants_grad), *made_leaves], cotangents, allow_unused=True
+            # With an autograd.Function's node, the graph's data flow does not tell which tangents decide a gradient.
+            sent = _GradientsSent(
+                {tangent_outs[k]: out for k, out in zip(kept, differentiable, strict=True)}
+                if backward_writes.user_functions
+                else {},
+                {i: primal_args[i] for i in wants_grad},
+                stand_ins,
+            )
+            with EagerOverlapChecks(), backward_writes, sent:
+                wanted = [primal_args[i] for i in wants_grad]
+                # (The graph kept: a stand-in's gradient goes on through its value's history after.)
+                everything = torch.autograd.grad(
+                    differentiable,
+                    [*wanted, *made_leaves, *stand_in_leaves],
+                    cotangents,
+                    allow_unused=True,
+                    retain_graph=bool(stand_ins),
                 )
+                leaf_grads = everything[len(everything) - len(stand_ins) :]
+                found = _through_stand_ins(list(everything[: len(wanted)]), leaf_grads, stand_ins, wanted)
                 with torch.no_grad():
                     written_inputs: set[int] = set()
                     for out_idx, value in new_values.items():
@@ -279,6 +301,8 @@ def _trace_joint_once(
                             offset = geometry[2]
                             value = value.as_strided(target.shape, target.stride(), value.storage_offset() - offset)
                         target.copy_(value)
+            if backward_writes.user_functions:
+                backward_writes.reached_from = sent.reached_from()
             for arg_idx, grad in zip(wants_grad, found[: len(wants_grad)], strict=True):
                 grads[arg_idx] = grad
         return [*outs, *grads]
@@ -299,6 +323,8 @@ def _trace_joint_once(
 # for the outputs of such a node no gradient reached once another output's did: a gradient computed from tangents
 # none of which arrived need not be None there.
 USER_FUNCTIONS = "user_functions"
+# Joint graph meta, with such a node: for each primal requiring grad, the outputs a gradient reaches it from.
+REACHED_FROM = "reached_from"
 
 
 def _reaches_user_function(roots: Sequence[Any]) -> bool:
@@ -307,6 +333,107 @@ def _reaches_user_function(roots: Sequence[Any]) -> bool:
         isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node)
         for node in autograd_nodes(roots)
     )
+
+
+class _GradientsSent:
+    """While active, records along which edges each node of the autograd graph behind ``outputs`` sent a gradient
+    (an autograd.Function's backward returns None for some of its inputs): eager's engine runs a node once a
+    gradient reached it, an autograd.Function's with zeros for the outputs none reached, so an input gets none
+    unless some output's gradient arrives with an edge path sending one from it to the input (a built-in node
+    sending none for a gradient that did not arrive makes this a bound: no gradient arrived, none is sent).
+
+    The edges of ``outputs`` and ``inputs`` (by position), and the stand-in leaves' and their values' (a gradient
+    reaching a leaf goes on through its value's history, ``_through_stand_ins``), are taken when made: before the
+    backward, which may write memory an autograd.Function's view output is taken from (its history is then refused).
+    """
+
+    def __init__(
+        self,
+        outputs: Mapping[int, torch.Tensor],
+        inputs: Mapping[int, torch.Tensor],
+        stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
+        # (Edges hold their nodes: a node's Python object, and so its id, lives as long as something holds it.)
+        self._roots = {out: _edge_of(tensor) for out, tensor in outputs.items()}
+        self._targets = {i: _edge_of(tensor) for i, tensor in inputs.items()} if outputs else {}
+        bridged = [(_edge_of(leaf), _edge_of(value)) for leaf, value in stand_ins if outputs and value.requires_grad]
+        self._bridged = bridged
+        self._bridges = {_edge_key(leaf_edge): value_edge for leaf_edge, value_edge in bridged}
+        self._unsent: dict[int, frozenset[int]] = {}  # node -> the edges it sent None along
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> _GradientsSent:
+        def recorder(node: Any) -> Callable[[Any, Any], None]:
+            def record(grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
+                self._unsent[id(node)] = frozenset(j for j, grad in enumerate(grad_inputs) if grad is None)
+
+            return record
+
+        roots = [node for node, _ in self._roots.values()]
+        self._handles = [node.register_hook(recorder(node)) for node in autograd_nodes(roots) if node.next_functions]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def reached_from(self) -> dict[int, frozenset[int]]:
+        """For each input (by position), the positions of the outputs a gradient reaches it from."""
+        reached: dict[int, set[int]] = {i: set() for i in self._targets}
+        for out, root in self._roots.items():
+            seen: dict[tuple[int, int], tuple[Any, int]] = {}  # (holding the nodes)
+            expanded: set[int] = set()
+            stack = [root]
+            while stack:
+                edge = stack.pop()
+                node = edge[0]
+                if _edge_key(edge) in seen:
+                    continue
+                seen[_edge_key(edge)] = edge
+                if _edge_key(edge) in self._bridges:
+                    stack.append(self._bridges[_edge_key(edge)])
+                if id(node) in expanded:
+                    continue
+                expanded.add(id(node))
+                unsent = self._unsent.get(id(node), frozenset())
+                stack += [edge for j, edge in enumerate(node.next_functions) if edge[0] is not None and j not in unsent]
+            for i, target in self._targets.items():
+                if _edge_key(target) in seen:
+                    reached[i].add(out)
+        return {i: frozenset(outs) for i, outs in reached.items()}
+
+
+def _edge_of(tensor: torch.Tensor) -> tuple[Any, int]:
+    edge = torch.autograd.graph.get_gradient_edge(tensor)
+    return edge.node, edge.output_nr
+
+
+def _edge_key(edge: tuple[Any, int]) -> tuple[int, int]:
+    return id(edge[0]), edge[1]
+
+
+def _through_stand_ins(
+    grads: list[torch.Tensor | None],
+    leaf_grads: Sequence[torch.Tensor | None],
+    stand_ins: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    inputs: Sequence[torch.Tensor],
+) -> list[torch.Tensor | None]:
+    """``grads`` of ``inputs`` with the gradient of each stand-in leaf (``leaf_grads``) sent on through its value's
+    history, the last made first (a value is computed from leaves made before it only)."""
+    pending = list(leaf_grads)
+    for k in reversed(range(len(stand_ins))):
+        value = stand_ins[k][1]
+        earlier = [leaf for leaf, _ in stand_ins[:k]]
+        if pending[k] is None or not value.requires_grad or not (inputs or earlier):
+            continue
+        more = torch.autograd.grad([value], [*inputs, *earlier], [pending[k]], allow_unused=True, retain_graph=True)
+        grads = [_summed(g, m) for g, m in zip(grads, more[: len(inputs)], strict=True)]
+        pending[:k] = [_summed(g, m) for g, m in zip(pending[:k], more[len(inputs) :], strict=True)]
+    return grads
+
+
+def _summed(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
+    return second if first is None else first if second is None else first + second
 
 
 def _user_function(node: Any) -> bool:
@@ -440,6 +567,8 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
         self.user_functions = False  # whether the backward runs an autograd.Function's backward
+        # With one: for each primal requiring grad, the outputs a gradient reaches it from (``_GradientsSent``).
+        self.reached_from: dict[int, frozenset[int]] | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         for position in written_positions(func, args):

@@ -1,0 +1,205 @@
+"""An input needing no grad that the function makes a leaf (``requires_grad_()``, ``requires_grad = True``), whose
+``.grad`` the backward then fills (seed 23 of ``benchmarks/fuzz_mutation.py``). Eager is the oracle
+(``tests/oracle.py``).
+
+- A view of it taken before, changed in place where autograd recorded nothing (``unsqueeze_``, a write needing
+  no grad): eager's record of the view is stale, read after it takes the view's history again from the leaf. The
+  compiled function's record moved with the change, its use was none of the leaf's (program 1418).
+- A view of a base needing none, overlapping a written input (or at an absolute offset of that storage): the
+  synthetic base came from the leaf as a view of that base, whose history autograd took again from the base once
+  the write moved the counter; the leaf's gradient came back None (programs 1160 and 1510).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.functions import DoublesInPlace
+from tests.oracle import MODES, check, check_in_mode
+
+
+def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _total(*tensors: torch.Tensor) -> torch.Tensor:
+    return sum(t.real.sum() for t in tensors)  # type: ignore[return-value]
+
+
+# A view taken before requires_grad_(), changed where autograd recorded nothing.
+
+
+def _expanded_then_unsqueezed(a0):  # program 1418
+    v0 = a0.expand(2, 5)
+    v0.unsqueeze_(0)
+    a0.requires_grad_()
+    return (_total(a0, v0),)
+
+
+def _expanded_then_unsqueezed_attribute(a0):
+    v0 = a0.expand(2, 5)
+    v0.unsqueeze_(0)
+    a0.requires_grad = True
+    return (_total(a0, v0),)
+
+
+def _sliced_then_transposed(a0):
+    v0 = a0[:, 1:]
+    v0.transpose_(0, 1)
+    a0.requires_grad_()
+    return (v0 * 2, a0.sum())
+
+
+def _transposed_then_written(a0):
+    v0 = a0.t()
+    v0.mul_(2)
+    a0.requires_grad_()
+    return (_total(a0, v0 * v0),)
+
+
+def _unsqueezed_under_no_grad(a0):
+    v0 = a0[1:]
+    with torch.no_grad():
+        v0.unsqueeze_(1)
+    a0.requires_grad_()
+    return (v0 * 3, a0.sum())
+
+
+def _unsqueezed_after(a0):
+    v0 = a0.expand(2, 5)
+    a0.requires_grad_()
+    v0.unsqueeze_(0)
+    return (_total(a0, v0),)
+
+
+def _view_taken_after(a0):
+    a0.requires_grad_()
+    v0 = a0.expand(2, 5)
+    v0.unsqueeze_(0)
+    return (_total(a0, v0),)
+
+
+# A view of a base needing no grad, made a leaf, overlapping a written input.
+
+
+def _function_writes_other_under_no_grad(a0, a1):  # program 1160
+    a0.requires_grad_()
+    with torch.set_grad_enabled(False):
+        v0 = DoublesInPlace.apply(a1)
+    return (_total(a0, a1, v0),)
+
+
+def _function_writes_other(a0, a1):
+    a0.requires_grad = True
+    v0 = DoublesInPlace.apply(a1)
+    return (_total(a0, a1, v0),)
+
+
+def _other_written_under_no_grad(a0, a1):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a1.mul_(2)
+    return (a0 * 2, a1.sum())
+
+
+def _other_written_before(a0, a1):
+    a1.add_(1)
+    a0.requires_grad_()
+    return (_total(a0 * a0, a1),)
+
+
+def _other_copied_then_read_absolute(a0, a1):  # program 1510
+    a0.requires_grad = True
+    a1.copy_(a1)
+    v2 = a0.as_strided((4,), (1,), 50)
+    return (_total(a0, a1, v2),)
+
+
+def _base_written(a0, a1):
+    a0.requires_grad_()
+    with torch.no_grad():
+        a1.add_(1)
+    return (a0 * 2,)
+
+
+def _written_by_caller_leaf(a0, a1):
+    with torch.no_grad():
+        a1.mul_(2)
+    return (_total(a0, a1),)
+
+
+def _overlapping_slices():
+    s0 = _randn(24)
+    return (s0[5:9], s0[6:11])
+
+
+def _slice_in_other():
+    s0 = _randn(24)
+    return (s0[0:24], s0[6:11])
+
+
+def _overlapping_columns():
+    s0 = _randn(4, 6)
+    return (s0[:, 1:4], s0[:, 2:5])
+
+
+def _transposed_and_row():
+    s0 = _randn(4, 6)
+    return (s0.t()[1:4], s0[1])
+
+
+def _slice_and_its_base():
+    base = _randn(12)
+    return (base[2:8], base)
+
+
+def _blocks_of_one_storage():  # program 1510
+    s0 = _randn(72)
+    return (s0[0:24].view(2, 3, 4), s0[48:72].view(2, 3, 4))
+
+
+def _caller_leaf_overlapping():
+    s0 = _randn(24)
+    return (s0[5:9].requires_grad_(), s0[6:11])
+
+
+PROGRAMS = {
+    "expanded_then_unsqueezed": (_expanded_then_unsqueezed, lambda: (_randn(5),)),
+    "expanded_then_unsqueezed_attribute": (_expanded_then_unsqueezed_attribute, lambda: (_randn(5),)),
+    "expanded_then_unsqueezed_view_input": (_expanded_then_unsqueezed, lambda: (_randn(8)[2:7],)),
+    "sliced_then_transposed": (_sliced_then_transposed, lambda: (_randn(3, 4),)),
+    "transposed_then_written": (_transposed_then_written, lambda: (_randn(3, 4),)),
+    "unsqueezed_under_no_grad": (_unsqueezed_under_no_grad, lambda: (_randn(5),)),
+    "unsqueezed_after": (_unsqueezed_after, lambda: (_randn(5),)),
+    "view_taken_after": (_view_taken_after, lambda: (_randn(5),)),
+    "function_writes_other_under_no_grad": (_function_writes_other_under_no_grad, _overlapping_slices),
+    "function_writes_other_under_no_grad-slice_in_other": (_function_writes_other_under_no_grad, _slice_in_other),
+    "function_writes_other": (_function_writes_other, _overlapping_slices),
+    "other_written_under_no_grad": (_other_written_under_no_grad, _overlapping_slices),
+    "other_written_under_no_grad-columns": (_other_written_under_no_grad, _overlapping_columns),
+    "other_written_under_no_grad-transposed": (_other_written_under_no_grad, _transposed_and_row),
+    "other_written_before": (_other_written_before, _overlapping_slices),
+    "other_written_before-columns": (_other_written_before, _overlapping_columns),
+    "other_copied_then_read_absolute": (_other_copied_then_read_absolute, _blocks_of_one_storage),
+    "base_written": (_base_written, _slice_and_its_base),
+    "written_by_caller_leaf": (_written_by_caller_leaf, _caller_leaf_overlapping),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_made_leaf(name: str, mode: str) -> None:
+    fn, make_args = PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
+
+
+def test_absolute_offset_then_other_storage() -> None:
+    """Program 1510's second call: the same signature on another storage, the written input elsewhere in it."""
+
+    def again():
+        a0, _ = _blocks_of_one_storage()
+        return (a0, _randn(96, seed=1)[:24].view(2, 3, 4))
+
+    compiled = check(_other_copied_then_read_absolute, _blocks_of_one_storage)
+    check(_other_copied_then_read_absolute, again, compiled_fn=compiled)
