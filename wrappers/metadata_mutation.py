@@ -110,6 +110,9 @@ class MetadataMutation:
         self._views_of_changed: frozenset[DedupedArg] = frozenset()
         # Inputs (no view) whose geometry changes, written where autograd sees it (``_written_with_changes``).
         self._written_changed: frozenset[DedupedArg] = frozenset()
+        self._views_at_call: frozenset[DedupedArg] = frozenset()
+        # Restrided-first leaves that are views: their geometry at the call and their final offset's negation.
+        self._leaf_views: dict[DedupedArg, tuple[Any, Any, int]] = {}
         # Outputs viewed again after their base's recorded change from a view taken before it
         # (``_viewed_across_change``): replayed once the caller's tensor has its final geometry and history.
         self._across_change: frozenset[UserOut] = frozenset()
@@ -119,6 +122,8 @@ class MetadataMutation:
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
     ) -> Stage[DedupedArg, UserOut] | Stage[RestridedArg, RestridedOut]:
+        # The caller's tensors that are views (``_requiring_grad_first`` gives the layers below none of them).
+        self._views_at_call = frozenset(DedupedArg(i) for i, arg in enumerate(outer.args) if arg._base is not None)
         outer = self._requiring_grad_first(outer)
         meta = outer.meta
         self._meta = meta
@@ -162,6 +167,15 @@ class MetadataMutation:
             if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
         )
         self._restrided_first = restrided_first
+        # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
+        # their base, whose history reaches the leaf only until the memory is written (after, autograd takes it
+        # again from that base). The stand-in below is no view of that base (``_restrided_view``), so the views
+        # returned are taken here, from the caller's tensor, in the geometry it had.
+        leaf_views = frozenset(i for i in restrided_first if i in self._views_at_call)
+        self._leaf_views = {
+            i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride()), -_final_offset(meta.input_info[i]))
+            for i in leaf_views
+        }
 
         def across(info: OutputAliasInfo[DedupedArg, UserOut]) -> bool:
             base = info.base_input
@@ -184,7 +198,7 @@ class MetadataMutation:
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
-                    and info.base_input in self._views_of_changed | written_changed
+                    and info.base_input in self._views_of_changed | written_changed | leaf_views
                 )
                 or _taken_after_restride(info, restrided_first)
             ),
@@ -323,6 +337,7 @@ class MetadataMutation:
                     not info.mutates_metadata
                     or _restrided_inside_allowed(info)
                     or _written_then_restrided(info)
+                    or _recorded_under_callers_no_grad(meta)
                     or _set_in_grad_mode(info)
                 )
                 and info.storage_grown_to == 0
@@ -394,6 +409,7 @@ class MetadataMutation:
         reshaped = self._reshaped
         views_of_changed = self._views_of_changed
         written_changed = self._written_changed
+        leaf_views = self._leaf_views
         across_change = self._across_change
         across_bases = {meta.output_info[out_idx].base_input for out_idx in across_change}
         started_in = self._started_in
@@ -536,7 +552,7 @@ class MetadataMutation:
                 or out_idx in across_change
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
-                    and out_info.base_input in views_of_changed | written_changed
+                    and out_info.base_input in views_of_changed | written_changed | leaf_views.keys()
                 )
                 or _taken_after_restride(out_info, restrided_first)
             ]
@@ -549,6 +565,10 @@ class MetadataMutation:
                 chain = out_info.view_chain
                 if base in written_changed:  # the caller's tensor has its final geometry now
                     chain = (_from_final_geometry(chain[0], meta.input_info[base], started_in[base]), *chain[1:])
+                elif base in leaf_views and chain[0].from_geometry is None:
+                    # Taken before the change (``leaf_views``), in the geometry it had; the caller's tensor has its
+                    # final one.
+                    chain = _chain_from_final(chain, leaf_views[base], None)
                 elif base in restrided_first:  # restrided in ``enter``: the geometry is relative to its final one
                     chain = _chain_from_restrided(chain, geometries[mutated.index(base)])
                 elif out_idx in across_change:  # its first step from the geometry the caller's tensor had then
@@ -1063,7 +1083,10 @@ def _restrided_inside(info: InputAliasInfo, arg: torch.Tensor, grad_from_inside:
     the final geometry: ``_restrided_first`` (but see ``_permuted_leaf_written_unrecorded``)."""
     unrecorded = info.metadata_mutations_under_no_grad or grad_from_inside
     return (
-        (_restrided_inside_allowed(info) or _permuted_leaf_written_unrecorded(info, arg))
+        (
+            _restrided_inside_allowed(info)
+            or (_permuted_leaf_written_unrecorded(info, arg) and not (grad_from_inside and arg._base is not None))
+        )
         and info.requires_grad
         and unrecorded
         and info.storage_set_to is None
@@ -1078,6 +1101,13 @@ def _written_then_restrided(info: InputAliasInfo) -> bool:
     (``_restrided_first``, or its history moved), so eager's backward, its gradients or the error its history
     raises, reaches the caller's tensor (not a leaf the caller never sees)."""
     return info.mutates_data and torch.is_grad_enabled()
+
+
+def _recorded_under_callers_no_grad(meta: ViewAndMutationMeta[DedupedArg, UserOut]) -> bool:
+    """Under the caller's no_grad, the function recorded in an ``enable_grad`` region (an output requires grad):
+    eager's uses there of an input after its ``requires_grad_()`` reach it, also where its geometry changed, so it
+    requires grad below too (else they were no uses of an input requiring grad, and recorded nothing)."""
+    return not torch.is_grad_enabled() and any(info.requires_grad for info in meta.output_info)
 
 
 def _restrided_inside_allowed(info: InputAliasInfo) -> bool:
@@ -1103,6 +1133,12 @@ def _permuted_leaf_written_unrecorded(info: InputAliasInfo, arg: torch.Tensor) -
 
     own = dims(arg.shape, arg.stride())
     return bool(steps) and all(step[2] == 0 and dims(step[0], step[1]) == own for step in steps)
+
+
+def _final_offset(info: InputAliasInfo) -> int:
+    assert info.final_metadata is not None
+    offset: int = info.final_metadata[2]
+    return offset
 
 
 def _restride(target: torch.Tensor, info: InputAliasInfo) -> None:
@@ -1177,7 +1213,12 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     # Taken in grad mode whatever the caller's: it stands for the input itself, which eager's function uses
     # in grad mode too after the counter moves (a view taken under no_grad would then refuse it).
     with torch.enable_grad():
-        return target.as_strided(*old)
+        # A leaf that is a view (of a base needing no grad: ``requires_grad_()`` on ``s.t()``) is no base of its
+        # views: once the counter moves (the epilogue sets eager's final counters before the call), autograd
+        # takes the view's history again from that base and the edge to the leaf is gone. From an alias of the
+        # leaf that is no view, as ``_stand_in_view``'s leaf is while compiling, it is taken again to the leaf.
+        source = _history_alias(target) if target._base is not None and target.requires_grad else target
+        return source.as_strided(*old)
 
 
 def _stand_in_view(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
