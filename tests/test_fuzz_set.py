@@ -529,6 +529,54 @@ def _set_onto_other_shape_then_made_leaf_read_under_no_grad(a0):
     return (v0, a0)
 
 
+# The caller's tensor a view of a base needing none (the merge of h-madeleaf and h-ungraded): made a leaf first,
+# it is a leaf view of that base, and so is the trace's stand-in for it (meta.stand_ins). The alias its set_()'s
+# later uses send their gradient to was a view of it, whose history autograd took again from that base once set_()
+# moved the counter: the caller's tensor got no gradient.
+def _set_then_made_leaf_then_sin(a0):
+    a0.set_(a0.clone())
+    a0.requires_grad_()
+    return (a0.sin(),)
+
+
+def _set_onto_view_then_made_leaf_then_view_read(a0):
+    a0.set_(torch.linspace(0, 1, 10)[::2])
+    a0.requires_grad_()
+    return ((a0[1:] * 3).sum(),)
+
+
+def _written_then_set_then_made_leaf_then_identity(a0):
+    with torch.no_grad():
+        a0.mul_(2)
+    a0.set_(a0.clone())
+    a0.requires_grad_()
+    return (Identity.apply(a0) * a0,)
+
+
+def _set_then_made_leaf_beside_written(a0, a1):
+    a0.set_(a0.clone() + 1)
+    a0.requires_grad_()
+    a1.mul_(2)
+    return (a0.sin() + a1,)
+
+
+def _overlapping_slices_of_plain():
+    base = torch.randn(24, generator=_gen())
+    return (base[1:6], base[3:8])
+
+
+def _diagonal_of_plain():
+    return (torch.randn(5, 5, generator=_gen()).diagonal(),)
+
+
+def _unsqueezed_of_plain():
+    return (torch.randn(5, generator=_gen()).unsqueeze(0),)
+
+
+def _transposed_of_plain():
+    return (torch.randn(5, 4, generator=_gen()).t(),)
+
+
 SET_THEN_MADE_LEAF = {
     "onto_other_shape_used_under_no_grad": (_set_onto_other_shape_then_made_leaf_read_under_no_grad, _plain_5),
     "function_of_slice": (_set_then_made_leaf_then_function, _slice_of_plain),
@@ -541,6 +589,18 @@ SET_THEN_MADE_LEAF = {
     "made_leaf_then_set_under_no_grad": (_made_leaf_then_set_under_no_grad, _plain_5),
     "identity_of_slice": (_set_then_made_leaf_then_identity, _slice_of_plain),
     "identity_of_column": (_set_then_made_leaf_then_identity, _column_of_plain),
+    # The caller's tensor a view of a base needing none, of other kinds (its own leaf view once made a leaf).
+    "identity_of_diagonal": (_set_then_made_leaf_then_identity, _diagonal_of_plain),
+    "sin_of_slice": (_set_then_made_leaf_then_sin, _slice_of_plain),
+    "sin_of_unsqueezed": (_set_then_made_leaf_then_sin, _unsqueezed_of_plain),
+    "sin_of_transposed": (_set_then_made_leaf_then_sin, _transposed_of_plain),
+    "sin_of_plain": (_set_then_made_leaf_then_sin, _plain_5),
+    "onto_view_of_slice": (_set_onto_view_then_made_leaf_then_view_read, _slice_of_plain),
+    "onto_view_of_plain": (_set_onto_view_then_made_leaf_then_view_read, _plain_5),
+    # Its memory written first (the runtime epilogue's copy), or sharing a base with a written input (a synthetic
+    # base's member).
+    "written_first_of_slice": (_written_then_set_then_made_leaf_then_identity, _slice_of_plain),
+    "beside_written_overlapping": (_set_then_made_leaf_beside_written, _overlapping_slices_of_plain),
 }
 
 

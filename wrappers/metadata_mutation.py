@@ -1298,8 +1298,11 @@ class _RequiresGradInside(TorchFunctionMode):
         alias = source.detach()
         self._sources[id(alias)] = (alias, source)
         if set_later is not None:
+            # An alias of no view: where the input is a leaf view of a base needing none (as the caller's is, and
+            # the trace's stand-in for it, ``meta.stand_ins``), a view of it would take its history again from that
+            # base once set_() moves the counter, and the gradient would stop there.
             with torch.enable_grad():
-                self._grad_targets[id(alias)] = torch.ops.aten.alias.default(source)
+                self._grad_targets[id(alias)] = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
             self._names[id(alias)] = set_later
         if of_view:
             self._of_views.add(id(alias))
