@@ -123,9 +123,12 @@ def storage_extent(tensor: torch.Tensor) -> Extent:
 
 def expanded_dims(shape: Sequence[int], stride: Sequence[int]) -> list[int]:
     """The dimensions along which several indices reach one memory element (stride 0, size > 1)."""
-    # (a data-dependent size, unknown to the trace, may be above 1)
+    # (a data-dependent size, unknown to the trace, may be above 1; a data-dependent stride, that of a
+    # data-dependent op's dense output, is not known to be 0)
     return [
-        dim for dim, (size, step) in enumerate(zip(shape, stride, strict=True)) if step == 0 and guard_or_true(size > 1)
+        dim
+        for dim, (size, step) in enumerate(zip(shape, stride, strict=True))
+        if guard_or_false(step == 0) and guard_or_true(size > 1)
     ]
 
 
@@ -134,7 +137,9 @@ def overlaps_itself(shape: Sequence[int], stride: Sequence[int]) -> bool:
     an ``as_strided`` view): by increasing stride, each must step past everything the smaller ones span."""
     # A size that depends on data (an unbacked symbol) is not known: each check errs towards overlap.
     spanned = 0
-    dims = sorted((abs(st), n) for n, st in zip(shape, stride, strict=True) if st != 0 and guard_or_true(n > 1))
+    dims = sorted(
+        (abs(st), n) for n, st in zip(shape, stride, strict=True) if guard_or_true(st != 0) and guard_or_true(n > 1)
+    )
     for step, size in dims:
         if guard_or_true(step <= spanned):
             return True

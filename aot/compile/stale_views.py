@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map_only
 
@@ -70,6 +71,8 @@ def _overlaps_itself(tensor: torch.Tensor) -> bool:
     if tensor.layout != torch.strided:
         return False
     shape, stride = tensor.shape, tensor.stride()
+    if free_unbacked_symbols((*shape, *stride)):  # a data-dependent op's dense output: no order to compare by
+        return False
     return bool(expanded_dims(shape, stride)) or overlaps_itself(shape, stride)
 
 
