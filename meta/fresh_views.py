@@ -12,6 +12,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.eager_state import geometry_of, is_leaf_safely, records
+from meta.errors import UnsupportedMutationError
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
     storage_key,
@@ -403,6 +404,16 @@ class FreshViews(TorchFunctionMode):
         (an autograd.Function marked it dirty, in grad mode), as the tensor's history since (``_history_since``)."""
         for tensor, stand_in in from_kept:
             if records() and getattr(stand_in.grad_fn, "_forward_cls", None) is not ReplayedHistory:
+                kept = self._kept_history[id(tensor)][1]
+                if not _same_order(kept, geometry_of(tensor)):
+                    raise UnsupportedMutationError(
+                        f"an autograd.Function ({getattr(stand_in.grad_fn, 'name', lambda: '?')()}) marks dirty an "
+                        "input that is no view, a non-leaf requiring grad, whose geometry changed under no_grad to one "
+                        f"ordering its elements otherwise (size {list(tensor.shape)}, stride {list(tensor.stride())}): "
+                        "eager's input then has the Function's history on the one it kept, reached index by index, "
+                        "which the caller's tensor written back (by memory position) cannot have; change its geometry "
+                        "in grad mode, or clone() it first"
+                    )
                 self._history_since[id(tensor)] = (tensor, stand_in)
                 base = tensor._base
                 if base is not None and base.dtype == tensor.dtype:
@@ -494,6 +505,30 @@ def check_inplace_as_eager(tensor: torch.Tensor) -> None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     if base is None and tensor.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+def _same_order(
+    first: tuple[tuple[int, ...], tuple[int, ...], int], second: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> bool:
+    """Whether two geometries meet memory in the same order, index by index, as far as both go: the same offset,
+    and the same sizes and strides once dims of size 1 are dropped, or both dense in row-major order (one grown
+    from the other)."""
+
+    def squeezed(geometry: tuple[tuple[int, ...], tuple[int, ...], int]) -> tuple[tuple[Any, Any], ...]:
+        return tuple((n, st) for n, st in zip(geometry[0], geometry[1], strict=True) if n != 1)
+
+    def row_major(dims: tuple[tuple[Any, Any], ...]) -> bool:
+        expected = 1
+        for n, st in reversed(dims):
+            if st != expected:
+                return False
+            expected *= n
+        return True
+
+    a, b = squeezed(first), squeezed(second)
+    if not all(isinstance(v, int) for dims in (a, b) for dim in dims for v in dim):
+        return True  # symbolic sizes (dynamic shapes): not told here
+    return first[2] == second[2] and (a == b or (row_major(a) and row_major(b)))
 
 
 class ReplayedHistory(torch.autograd.Function):

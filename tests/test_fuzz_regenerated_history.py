@@ -13,8 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+import aot
+from aot.errors import UnsupportedMutationError
 from tests.functions import DoublesInPlace, ScaledBySaved
-from tests.oracle import check_in_mode, mode_params
+from tests.oracle import check_in_mode, functional_nop, mode_params
 
 
 def _gen() -> torch.Generator:
@@ -590,9 +592,10 @@ PROGRAMS.update(
 # Seed 24 program 924: a non-leaf input (no view) restrided under no_grad keeps its history (``FreshViews``' kept
 # history), then an autograd.Function marks it dirty in grad mode: eager's tensor has the Function's history on top
 # of the kept one. The stand-in the Function was given carried that history, but later uses took the kept history
-# again from the input (the Function's backward dropped: gradient 2 where eager's is 4). Variants: other geometry
-# changes, weighted uses (index by index, not by memory position), the Function twice, a recorded write after it, a
-# Function that only reads (a control), the tensor returned.
+# again from the input (the Function's backward dropped: gradient 2 where eager's is 4). Where the change orders the
+# elements otherwise (t_), eager's input reaches its kept history index by index, the caller's tensor written back
+# by memory position: refused in grad mode (REFUSED below). Variants: other geometry changes, weighted uses, the
+# Function twice, a recorded write after it, a Function that only reads (a control), the tensor returned.
 def _t_under_no_grad_then_doubled_in_enable_grad(a0):
     with torch.set_grad_enabled(False):
         a0.transpose_(0, -1)
@@ -666,6 +669,30 @@ def _out_grows_under_no_grad_then_doubled_returned(a0, w):
     return (a0, a0[1])
 
 
+def _unsqueeze_under_no_grad_then_doubled_in_enable_grad(a0):
+    with torch.set_grad_enabled(False):
+        a0.unsqueeze_(0)
+        with torch.enable_grad():
+            v1 = DoublesInPlace.apply(a0)
+    return (sum(t.real.sum() for t in (a0, v1)),)
+
+
+def _unsqueeze_under_no_grad_then_doubled_twice_weighted(a0, w):
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    DoublesInPlace.apply(a0)
+    v = DoublesInPlace.apply(a0)
+    return ((v[0] * w).sum() + (a0[0, 1:] * w[1:]).sum(),)
+
+
+def _unsqueeze_under_no_grad_then_doubled_then_mul_(a0, w):
+    with torch.no_grad():
+        a0.unsqueeze_(0)
+    DoublesInPlace.apply(a0)
+    a0.mul_(w)
+    return ((a0 * w).sum(),)
+
+
 def _non_leaf_2x2():
     return (torch.randn(2, 2, generator=_gen()).requires_grad_() * 1,)
 
@@ -683,20 +710,23 @@ def _non_leaf_1x4_and_weights():
 
 PROGRAMS.update(
     {
-        "t_under_no_grad_then_doubled_in_enable_grad": (_t_under_no_grad_then_doubled_in_enable_grad, _non_leaf_2x2),
-        "t_under_no_grad_then_doubled_weighted": (_t_under_no_grad_then_doubled_weighted, _non_leaf_3x3_and_weights),
+        "unsqueeze_under_no_grad_then_doubled_in_enable_grad": (
+            _unsqueeze_under_no_grad_then_doubled_in_enable_grad,
+            _non_leaf_2x2,
+        ),
+        "unsqueeze_under_no_grad_then_doubled_twice_weighted": (
+            _unsqueeze_under_no_grad_then_doubled_twice_weighted,
+            _non_leaf_3x3_and_weights,
+        ),
+        "unsqueeze_under_no_grad_then_doubled_then_mul_": (
+            _unsqueeze_under_no_grad_then_doubled_then_mul_,
+            _non_leaf_3x3_and_weights,
+        ),
         "unsqueeze_under_no_grad_then_doubled_returned": (
             _unsqueeze_under_no_grad_then_doubled_returned,
             _non_leaf_3x3_and_weights,
         ),
         "out_grows_under_no_grad_then_doubled": (_out_grows_under_no_grad_then_doubled, _non_leaf_1x4_and_weights),
-        "t_under_no_grad_then_doubled_twice": (_t_under_no_grad_then_doubled_twice, _non_leaf_3x3_and_weights),
-        "t_under_no_grad_then_doubled_then_mul_": (_t_under_no_grad_then_doubled_then_mul_, _non_leaf_3x3_and_weights),
-        "t_under_no_grad_then_doubled_returned": (_t_under_no_grad_then_doubled_returned, _non_leaf_3x3_and_weights),
-        "t_under_no_grad_then_doubled_views_returned": (
-            _t_under_no_grad_then_doubled_views_returned,
-            _non_leaf_3x3_and_weights,
-        ),
         "out_grows_under_no_grad_then_doubled_returned": (
             _out_grows_under_no_grad_then_doubled_returned,
             _non_leaf_1x4_and_weights,
@@ -705,18 +735,33 @@ PROGRAMS.update(
     }
 )
 
-
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("t_under_no_grad_then_doubled_returned", "training"): (
-        "the input itself returned, t_()'d under no_grad then marked dirty by a Function: eager's tensor has the "
-        "Function's history on its kept one, reached index by index (the old geometry's indices); t_ spans the same "
-        "elements, so the input keeps its view stand-in (not metadata_mutation's written_changed route, see "
-        "_elements_reached_change) and the caller's tensor, written back, takes its gradient by memory position: "
-        "transposed (also before fresh_views' kept history, at 7ad9177)"
+# The t_ variants: refused in training; under no_grad and inference_mode nothing records, and they run.
+REFUSED = {
+    "t_under_no_grad_then_doubled_in_enable_grad": (_t_under_no_grad_then_doubled_in_enable_grad, _non_leaf_2x2),
+    "t_under_no_grad_then_doubled_weighted": (_t_under_no_grad_then_doubled_weighted, _non_leaf_3x3_and_weights),
+    "t_under_no_grad_then_doubled_twice": (_t_under_no_grad_then_doubled_twice, _non_leaf_3x3_and_weights),
+    "t_under_no_grad_then_doubled_then_mul_": (_t_under_no_grad_then_doubled_then_mul_, _non_leaf_3x3_and_weights),
+    "t_under_no_grad_then_doubled_returned": (_t_under_no_grad_then_doubled_returned, _non_leaf_3x3_and_weights),
+    "t_under_no_grad_then_doubled_views_returned": (
+        _t_under_no_grad_then_doubled_views_returned,
+        _non_leaf_3x3_and_weights,
     ),
 }
+
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
 def test_regenerated_history(name: str, mode: str) -> None:
     check_in_mode(*PROGRAMS[name], mode)
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(REFUSED, {}))
+def test_function_dirtied_after_permuting_change(name: str, mode: str) -> None:
+    fn, make_args = REFUSED[name]
+    if mode != "training":
+        check_in_mode(fn, make_args, mode)
+        return
+    with pytest.raises(UnsupportedMutationError, match="marks dirty an input"):
+        aot.aot_function(fn, functional_nop)(*make_args())
