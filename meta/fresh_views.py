@@ -12,6 +12,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from meta.eager_state import geometry_of, is_leaf_safely, records
+from meta.errors import UnsupportedMutationError
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
     storage_key,
@@ -191,6 +192,13 @@ class FreshViews(TorchFunctionMode):
         # tensor keeps its history through such a change: a gradient in the new geometry reaches that history
         # index by index, the engine summing it to the old shape (or refusing it), not by memory positions.
         self._kept_history: dict[int, tuple[torch.Tensor, tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
+        # Of those, the ones an op since gave a history of its own without a write autograd records on the tensor
+        # (an autograd.Function marking the stand-in ``fresh`` gave it dirty): (the tensor, that stand-in). Eager's
+        # tensor has the Function's history then, on top of the one it kept: later uses reach it through that
+        # stand-in, index by index, not the kept history alone (which dropped the Function's backward).
+        self._history_since: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # The stand-ins ``fresh`` gave from a kept history during the op being run: (the tensor, the stand-in).
+        self._from_kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def fresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor``, or a fresh view of its base with its geometry if autograd's record of it is stale."""
@@ -272,9 +280,14 @@ class FreshViews(TorchFunctionMode):
                 fresh = ReplayedHistory.apply(history, fresh)  # type: ignore[no-untyped-call]
         kept = self._kept_history.get(id(tensor))
         if regenerated and kept is not None and kept[0] is tensor and not self._recorded_changes(tensor):
+            since = self._history_since.get(id(tensor))
             with torch.enable_grad():
-                history = _reinterpreted(base, tensor.dtype, kept[1])
+                if since is not None and since[0] is tensor:
+                    history = since[1]
+                else:
+                    history = _reinterpreted(base, tensor.dtype, kept[1])
                 fresh = ReplayedHistory.apply(history, fresh)  # type: ignore[no-untyped-call]
+            self._from_kept.append((tensor, fresh))
         if self._on_fresh is not None:
             self._on_fresh(fresh, tensor)
         return fresh
@@ -324,6 +337,8 @@ class FreshViews(TorchFunctionMode):
         if records() and name.endswith("_") and not name.endswith("__") and args and isinstance(args[0], torch.Tensor):
             # A write (or geometry change) autograd records extends the history: no longer the one kept.
             self._kept_history.pop(id(args[0]), None)
+            self._history_since.pop(id(args[0]), None)
+        self._from_kept = []  # (the mode is off while it runs an op: no op nests in another here)
         if name in _RESIZE_METHODS and CALLER_IN_INFERENCE_MODE.get():
             # Eager's caller ran it under inference_mode, where autograd (which refuses to resize a tensor
             # requiring grad) is off: so is it here, the collection and the trace running outside it.
@@ -346,6 +361,8 @@ class FreshViews(TorchFunctionMode):
                 out = original
         else:
             out = func(*args, **kwargs)
+        self._note_history_since(self._from_kept)
+        self._from_kept = []
         if recorded_change:
             self._recorded[id(args[0])] = (recorded, args[0]._version)
         if not any(out is t for t in outs):  # an op's out= tensor is no view taken from its first argument
@@ -381,6 +398,30 @@ class FreshViews(TorchFunctionMode):
             return  # (a change autograd records dropped the note before the op)
         if not (id(tensor) in self._kept_history and self._kept_history[id(tensor)][0] is tensor):
             self._kept_history[id(tensor)] = (tensor, before)
+
+    def _note_history_since(self, from_kept: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """After an op: note each stand-in ``fresh`` gave it from a kept history whose history the op replaced
+        (an autograd.Function marked it dirty, in grad mode), as the tensor's history since (``_history_since``)."""
+        for tensor, stand_in in from_kept:
+            if records() and getattr(stand_in.grad_fn, "_forward_cls", None) is not ReplayedHistory:
+                kept = self._kept_history[id(tensor)][1]
+                if not _same_order(kept, geometry_of(tensor)):
+                    raise UnsupportedMutationError(
+                        f"an autograd.Function ({getattr(stand_in.grad_fn, 'name', lambda: '?')()}) marks dirty an "
+                        "input that is no view, a non-leaf requiring grad, whose geometry changed under no_grad to one "
+                        f"ordering its elements otherwise (size {list(tensor.shape)}, stride {list(tensor.stride())}): "
+                        "eager's input then has the Function's history on the one it kept, reached index by index, "
+                        "which the caller's tensor written back (by memory position) cannot have; change its geometry "
+                        "in grad mode, or clone() it first"
+                    )
+                self._history_since[id(tensor)] = (tensor, stand_in)
+                base = tensor._base
+                if base is not None and base.dtype == tensor.dtype:
+                    # The stand-in is no view of the base: the Function's write into that memory was recorded on
+                    # neither. Eager's memory holds the Function's values there, with its history: the base's
+                    # record of the region now reaches the stand-in (its value read back, its uses after).
+                    with torch.enable_grad():
+                        HistoryFrom.apply(base.as_strided(*geometry_of(tensor)), stand_in)  # type: ignore[no-untyped-call]
 
     def _retake_leaf_view_records(self) -> None:
         """Take again the record of each view of a leaf view whose memory changed since. Eager takes it from the
@@ -466,6 +507,30 @@ def check_inplace_as_eager(tensor: torch.Tensor) -> None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
 
 
+def _same_order(
+    first: tuple[tuple[int, ...], tuple[int, ...], int], second: tuple[tuple[int, ...], tuple[int, ...], int]
+) -> bool:
+    """Whether two geometries meet memory in the same order, index by index, as far as both go: the same offset,
+    and the same sizes and strides once dims of size 1 are dropped, or both dense in row-major order (one grown
+    from the other)."""
+
+    def squeezed(geometry: tuple[tuple[int, ...], tuple[int, ...], int]) -> tuple[tuple[Any, Any], ...]:
+        return tuple((n, st) for n, st in zip(geometry[0], geometry[1], strict=True) if n != 1)
+
+    def row_major(dims: tuple[tuple[Any, Any], ...]) -> bool:
+        expected = 1
+        for n, st in reversed(dims):
+            if st != expected:
+                return False
+            expected *= n
+        return True
+
+    a, b = squeezed(first), squeezed(second)
+    if not all(isinstance(v, int) for dims in (a, b) for dim in dims for v in dim):
+        return True  # symbolic sizes (dynamic shapes): not told here
+    return first[2] == second[2] and (a == b or (row_major(a) and row_major(b)))
+
+
 class ReplayedHistory(torch.autograd.Function):
     """``memory`` (an alias of it) with ``history``, of the geometry it had: the gradient reaches ``history``
     index by index, as eager's replayed one does; of another shape, the engine refuses it as eager's."""
@@ -477,6 +542,20 @@ class ReplayedHistory(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
+
+
+class HistoryFrom(torch.autograd.Function):
+    """``region`` (a view, marked dirty, its memory unchanged) with the history of ``source``, its values: the
+    gradient of the region reaches ``source`` element by element, none the region's history before."""
+
+    @staticmethod
+    def forward(ctx: Any, region: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(region)
+        return region
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, grad
 
 
 class Unconnected(torch.autograd.Function):
