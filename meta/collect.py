@@ -42,7 +42,7 @@ from meta.overlap import (
     EagerOverlapChecks,
     is_overlap_error,
 )
-from meta.recorder import ABSOLUTE_OFFSET_OPS, SET_TWINS, ViewRecorder, Write, set_within
+from meta.recorder import ABSOLUTE_OFFSET_OPS, SET_TWINS, ViewRecorder, Write
 from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
@@ -67,6 +67,7 @@ from meta.view_and_mutation import (
     ViewAndMutationMeta,
     ViewStep,
     replay_views,
+    set_within,
 )
 
 __all__ = ["collect_meta", "raised_by_eager_backward"]

@@ -399,3 +399,67 @@ SET_ONTO_SHARED_MEMORY = {
 @pytest.mark.parametrize("name", sorted(SET_ONTO_SHARED_MEMORY))
 def test_recorded_set_onto_memory_of_several_inputs(name, mode):
     check_in_mode(*SET_ONTO_SHARED_MEMORY[name], mode)
+
+
+# Program 148 of seed 43: a view the function takes of an input view requiring grad, set_() under no_grad onto the
+# input's memory. Autograd records no set_() under no_grad (the view takes its history again from its base by
+# strides); the replay ran it in the grad mode the view was made in, recording set_'s unimplemented backward
+# (was: backward raises "derivative for set_ is not implemented").
+def _view_set_onto_input_detached(a0):
+    v0 = a0.view(-1)
+    with torch.no_grad():
+        v0.set_(a0.detach())
+    return (v0,)
+
+
+def _full_slice_set_onto_input(a0):
+    v0 = a0[:]
+    with torch.no_grad():
+        v0.set_(a0.detach())
+    return v0, a0 * 2
+
+
+def _flat_set_onto_flat_input_then_view(a0):
+    v0 = a0.view(-1)
+    with torch.no_grad():
+        v0.set_(a0.detach().view(-1))
+    return (v0.view(2, 3),)
+
+
+def _slice_of_non_leaf():
+    l0 = torch.randn(11, generator=_gen()).requires_grad_()
+    return ((l0 * 1)[4:9],)
+
+
+def _row_of_leaf():
+    return (torch.randn(3, 5, generator=_gen()).requires_grad_()[1],)
+
+
+def _rows_of_non_leaf():
+    l0 = torch.randn(4, 3, generator=_gen()).requires_grad_()
+    return ((l0 * 1)[1:3],)
+
+
+def _leaf_2d():
+    return (torch.randn(2, 3, generator=_gen()).requires_grad_(),)
+
+
+def _plain():
+    return (torch.randn(5, generator=_gen()),)
+
+
+VIEW_SET_UNDER_NO_GRAD = {
+    "view_onto_input_non_leaf_slice": (_view_set_onto_input_detached, _slice_of_non_leaf),
+    "view_onto_input_leaf_row": (_view_set_onto_input_detached, _row_of_leaf),
+    "view_onto_input_plain": (_view_set_onto_input_detached, _plain),
+    "full_slice_onto_input_non_leaf_slice": (_full_slice_set_onto_input, _slice_of_non_leaf),
+    "full_slice_onto_input_leaf_row": (_full_slice_set_onto_input, _row_of_leaf),
+    "flat_onto_flat_input_non_leaf_rows": (_flat_set_onto_flat_input_then_view, _rows_of_non_leaf),
+    "flat_onto_flat_input_leaf": (_flat_set_onto_flat_input_then_view, _leaf_2d),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_SET_UNDER_NO_GRAD))
+def test_view_set_under_no_grad(name, mode):
+    check_in_mode(*VIEW_SET_UNDER_NO_GRAD[name], mode)
