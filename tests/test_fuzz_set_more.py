@@ -463,3 +463,32 @@ VIEW_SET_UNDER_NO_GRAD = {
 @pytest.mark.parametrize("name", sorted(VIEW_SET_UNDER_NO_GRAD))
 def test_view_set_under_no_grad(name, mode):
     check_in_mode(*VIEW_SET_UNDER_NO_GRAD[name], mode)
+
+
+# Program 227 of seed 21, shrunk: a view input of a base needing no grad, written, then set_() in grad mode onto a
+# clone of another input requiring grad (eager records the set_: the view requires grad after, its base gets a
+# CopySlices).
+def _plain_view_set_onto_clone_of_leaf_view(a0, a1):
+    a1.add_(1)
+    a1.set_(a0.clone())
+    return (a0 * 2,)
+
+
+def _leaf_view_and_plain_view():
+    g = _gen()
+    s0 = torch.randn(24, generator=g).requires_grad_()
+    s1 = torch.randn(3, 8, generator=g)
+    return s0[6:16:2], s1[:, ::2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="MetadataMutation's leave() replays the recorded set_() onto memory the function made as "
+    "target.set_(stand_in) under enable_grad (wrappers/metadata_mutation.py, 'set_recorded and source is None'); "
+    "autograd refuses it ('a leaf Variable that requires grad is being used in an in-place operation') although "
+    "the target, a view of a base needing no grad, does not require grad and the same set_() on an as_strided "
+    "view of that base (or eagerly, on a fresh view) passes check_inplace: the refused tensor is not yet located",
+)
+def test_recorded_set_of_plain_view_onto_made_memory():
+    check_in_mode(_plain_view_set_onto_clone_of_leaf_view, _leaf_view_and_plain_view, "training")
