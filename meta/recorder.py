@@ -128,6 +128,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Tensors (by id) a set_() autograd recorded was made on (grad mode, the target or the source requiring
         # grad): their history is set_'s, whose derivative raises.
         self.recorded_sets: set[int] = set()
+        # Of those, the tensors (by id) requiring no grad before it, a set_() onto a source requiring grad gave
+        # grad: the clock then (the first). What they held before was written without gradient.
+        self.grad_from_set: dict[int, int] = {}
         # Leaf inputs, by id (requiring grad, or made to by the function's requires_grad_()), and those requiring
         # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
         self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
@@ -265,6 +268,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             source = args[1] if func is aten.set_.source_Tensor else None
             if records() and (first.requires_grad or (isinstance(source, torch.Tensor) and source.requires_grad)):
                 self.recorded_sets.add(id(first))
+                if not first.requires_grad:
+                    self.grad_from_set.setdefault(id(first), self.clock)
             self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
             self._note_storage_use(func, [out])

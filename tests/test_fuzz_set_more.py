@@ -518,10 +518,28 @@ def test_plain_view_written_then_set_onto_clone(name, mode):
     check_in_mode(*PLAIN_VIEW_WRITTEN_THEN_SET[name], mode)
 
 
-# Program 227 of seed 21, shrunk further: the same with only an output that does not reach the set_().
-def _plain_view_set_onto_clone_of_leaf_view(a0, a1):
+# Program 227 of seed 21, shrunk further: the same with only an output that does not reach the set_(). The input
+# requires grad after only through the recorded set_(), yet counted as requiring grad after its write (collect's
+# requires_grad_after), the value the write-back carries into its old memory was an output with a gradient, whose
+# joint backward crossed the functional set_: the entry fell back to a forward-only runtime (was: backward raises
+# 'derivative for set_ is not implemented' where eager's runs).
+def _written_then_set_onto_clone(a0, a1):
     a1.add_(1)
     a1.set_(a0.clone())
+    return (a0 * 2,)
+
+
+def _written_twice_then_set_onto_clone_viewed(a0, a1):
+    a1.mul_(3)
+    a1[0].zero_()
+    a1.set_(a0.clone())
+    return a0 * 2, a1.view(-1)
+
+
+def _viewed_set_onto_clone_then_old_view_written(a0, a1):
+    v = a1[0]
+    a1.set_(a0.clone())
+    v.mul_(2)
     return (a0 * 2,)
 
 
@@ -532,13 +550,22 @@ def _leaf_view_and_plain_view():
     return s0[6:16:2], s1[:, ::2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="backward raises 'derivative for set_ is not implemented' where eager's runs: the input's "
-    "requires_grad_after (meta/collect.py) counts the grad the later recorded set_() gave it, so the value the "
-    "write-back carries into its old memory (written while it required no grad) is an output with a gradient, "
-    "whose joint backward crosses the functional set_ and the entry falls back to core's forward-only runtime",
-)
-def test_recorded_set_of_written_plain_view_backward():
-    check_in_mode(_plain_view_set_onto_clone_of_leaf_view, _leaf_view_and_plain_view, "training")
+def _leaf_rows_and_plain_rows():
+    g = _gen()
+    s0 = torch.randn(4, 6, generator=g).requires_grad_()
+    s1 = torch.randn(4, 6, generator=g)
+    return s0[1:3], s1[2:]
+
+
+SET_AFTER_WRITES = {
+    "written_then_set_strided": (_written_then_set_onto_clone, _leaf_view_and_plain_view),
+    "written_then_set_rows": (_written_then_set_onto_clone, _leaf_rows_and_plain_rows),
+    "written_twice_then_set_viewed_rows": (_written_twice_then_set_onto_clone_viewed, _leaf_rows_and_plain_rows),
+    "old_view_written_after_set_rows": (_viewed_set_onto_clone_then_old_view_written, _leaf_rows_and_plain_rows),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_AFTER_WRITES))
+def test_recorded_set_of_written_plain_view(name, mode):
+    check_in_mode(*SET_AFTER_WRITES[name], mode)
