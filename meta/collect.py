@@ -42,7 +42,7 @@ from meta.overlap import (
     EagerOverlapChecks,
     is_overlap_error,
 )
-from meta.recorder import ABSOLUTE_OFFSET_OPS, SET_TWINS, ViewRecorder, Write, set_within
+from meta.recorder import ABSOLUTE_OFFSET_OPS, SET_TWINS, ViewRecorder, Write
 from meta.reseeds import Reseeds
 from meta.storage import (
     CALLER_IN_INFERENCE_MODE,
@@ -67,6 +67,7 @@ from meta.view_and_mutation import (
     ViewAndMutationMeta,
     ViewStep,
     replay_views,
+    set_within,
 )
 
 __all__ = ["collect_meta", "raised_by_eager_backward"]
@@ -275,6 +276,7 @@ def collect_meta(
             set_to,
             # Autograd recorded the set_() itself (its history is set_'s), not only other changes before it.
             set_to is not None and id(fake) in recorder.recorded_sets,
+            recorder.grad_from_set.get(id(fake), -1) if set_to is not None else -1,
             history_of(fake) is not history,
             recorder.grown.get(initial_storage[0], 0),
             id(fake) in recorder.moved_history,
@@ -744,6 +746,7 @@ def _input_info(
     initial_storage: tuple[int, tuple[int, int]],
     storage_set_to: tuple[str, int] | None,
     set_recorded: bool,
+    grad_from_set_at: int,
     history_rewritten: bool,
     storage_grown_to: int,
     moves_history: bool,
@@ -808,9 +811,12 @@ def _input_info(
         and all(w.hidden_from_autograd or not w.grad_enabled or not _same_history(w.tensor, fake) for w in data_writes),
         written_through=bool(data_writes) and through,
         # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
+        # Nor when only a recorded set_() onto a source requiring grad made it require grad, after every write
+        # of its own memory: those wrote values without gradient (eager's history there is set_'s alone).
         requires_grad_after=bool(data_writes)
         and fake.requires_grad
-        and not (sets_requires_grad and is_leaf_safely(fake)),
+        and not (sets_requires_grad and is_leaf_safely(fake))
+        and not (grad_from_set_at >= 0 and all(w.seq < grad_from_set_at for w in data_writes)),
         version_bumps=version_bumps,
         final_metadata=final_metadata,
         offset_sensitive=offset_sensitive,

@@ -32,6 +32,7 @@ from meta.storage import (
 from meta.storage_set import STORAGE_SET_OPS, StorageOwners
 from meta.view_and_mutation import (
     ViewStep,
+    set_within,
 )
 from meta.write_order import refuse_order_dependent_writes, refuse_self_overlapping_writes
 
@@ -127,6 +128,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Tensors (by id) a set_() autograd recorded was made on (grad mode, the target or the source requiring
         # grad): their history is set_'s, whose derivative raises.
         self.recorded_sets: set[int] = set()
+        # Of those, the tensors (by id) requiring no grad before it, a set_() onto a source requiring grad gave
+        # grad: the clock then (the first). What they held before was written without gradient.
+        self.grad_from_set: dict[int, int] = {}
         # Leaf inputs, by id (requiring grad, or made to by the function's requires_grad_()), and those requiring
         # grad an op autograd records has read: eager made their gradient accumulator then, for the geometry they had.
         self._grad_leaves = {id(t) for t in alias_sources if t.grad_fn is None}
@@ -264,6 +268,8 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             source = args[1] if func is aten.set_.source_Tensor else None
             if records() and (first.requires_grad or (isinstance(source, torch.Tensor) and source.requires_grad)):
                 self.recorded_sets.add(id(first))
+                if not first.requires_grad:
+                    self.grad_from_set.setdefault(id(first), self.clock)
             self._refuse_set_of_input_with_history(func, first, set_from)
         if self._source_storages:
             self._note_storage_use(func, [out])
@@ -320,6 +326,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 # base (reaching memory an ``as_strided_`` of a view does not). One under no_grad it leaves stale.
                 recorded_at = version + 1 if version >= 0 and grad_enabled and first.requires_grad else version
                 step = ViewStep(twin, twin_args, step_kwargs, None, view_grad_enabled, key, None, recorded_at, True)
+                step = dataclasses.replace(step, change_grad_enabled=grad_enabled)
                 self.nodes[id(first)] = _Node(first, made, step, parent_geometry)
         elif first is not None and (func.is_view or (not writes and self._aliases_source(first, out))):
             views = [(None, out)] if isinstance(out, torch.Tensor) else list(enumerate(out))
@@ -596,11 +603,6 @@ def _set_twin(source: torch.Tensor, set_from: Any) -> tuple[Any, tuple[Any, ...]
     if storage_key(source) == storage and source.layout == torch.strided:
         return set_within, (tuple(source.shape), tuple(source.stride()), int(source.storage_offset()) - int(offset))
     return aten.set.source_Tensor, (source,)
-
-
-def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
-    """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
-    return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
 
 
 # ``set_``'s out-of-place twins, as a recorded step of a view chain.

@@ -86,6 +86,10 @@ class ViewStep:
     # under no_grad), so autograd took its history again from the base by strides, reaching elements the view's
     # old geometry does not span.
     from_base: bool = False
+    # The grad mode the in-place change itself ran in (a ``set_()`` under ``no_grad`` of a view made in grad
+    # mode): ``grad_enabled`` is the view's, which its creation meta keeps; autograd records no change made
+    # under ``no_grad`` (eager's view then takes its history again from its base by strides).
+    change_grad_enabled: bool = True
 
     def replay(self, tensor: torch.Tensor, own: bool = False) -> torch.Tensor:
         """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
@@ -124,7 +128,11 @@ class ViewStep:
                         source = base if same_memory else tensor
                     if not (unchanged and base is None and tensor.requires_grad and not self.from_base):
                         tensor = source.as_strided(size, stride, tensor.storage_offset() + relative_offset)
-            out = self.op(tensor, *args, **kwargs)
+            # A set_() of the tensor itself, in place (``set_within``), in the grad mode eager ran it in:
+            # replayed recorded, its backward would be set_'s, which autograd does not implement.
+            changes_itself = self.in_place and self.op is set_within
+            with torch.set_grad_enabled(grad_enabled and (self.change_grad_enabled or not changes_itself)):
+                out = self.op(tensor, *args, **kwargs)
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
             result = own_alias(result, counted=True)  # (an out-of-place view op standing for the change)
@@ -137,6 +145,11 @@ class ViewStep:
         args = ", ".join(map(repr, self.args))
         suffix = "" if self.item is None else f"[{self.item}]"
         return f"{name}({args}){suffix}"
+
+
+def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
+    """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
+    return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
 
 
 def own_alias(tensor: torch.Tensor, counted: bool = False) -> torch.Tensor:

@@ -465,6 +465,11 @@ class MetadataMutation:
                 size, stride, relative_offset = geometry
                 if info.storage_set_to is not None:
                     storage = source.untyped_storage() if source is not None else new_storages[_made_for(info, arg_idx)]
+                    if info.set_recorded:
+                        # A view whose base the synthetic-base layer's write-back gave a history (a recorded write
+                        # of another view of it) has its own taken again only when asked: unasked, autograd's
+                        # in-place check judges it a leaf requiring grad and refuses the set_() eager made.
+                        target.grad_fn  # noqa: B018
                     if info.set_recorded and source is not None:
                         # Eager's set_() of a tensor was recorded (its derivative raises): the target, and the
                         # other views of its base, require grad after, as eager's do. Replayed under grad mode:
