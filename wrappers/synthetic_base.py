@@ -132,6 +132,13 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
         )
     source = _source(members)
     start, end = span
+    if end * source.element_size() > source.untyped_storage().nbytes():
+        # A resize through a view of a smaller dtype (``out=`` into a detached ``.imag``) grew the storage by part
+        # of one of the members' elements: eager keeps that odd size, which no view in the members' dtype spans.
+        raise UnsupportedMutationError(
+            f"an input's storage grown to {source.untyped_storage().nbytes()} bytes, not a whole number of its "
+            f"{source.dtype} elements (resize_() or out= through a view of another dtype): not supported"
+        )
     # Taken in grad mode whatever the caller's: a view made under no_grad whose memory the layers below write
     # would refuse the history an enable_grad region of the function reads.
     with torch.enable_grad():
