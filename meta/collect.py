@@ -139,7 +139,7 @@ def collect_meta(
         watched = in_inference_mode and (
             watch_calls or any(isinstance(t, torch.Tensor) and t.requires_grad for t in flat_args)
         )
-        calls = RequiresGradCalls(recorder.made_require_grad) if watched else _nothing()
+        calls = RequiresGradCalls(recorder.made_require_grad, frozenset(inference_storages)) if watched else _nothing()
         try:
             hooks, reseeds = saved_tensor_hooks_suspended(), Reseeds()
             functions = functions_seen_by_modes(recorder.note_function_apply)

@@ -120,12 +120,30 @@ class RequiresGradCalls(TorchFunctionMode):
     of an input requiring grad requires none until then; collection runs outside it, where such a view
     requires grad already and the call changes nothing to see."""
 
-    def __init__(self, called: dict[int, torch.Tensor]) -> None:
+    def __init__(self, called: dict[int, torch.Tensor], inference_storages: frozenset[int] = frozenset()) -> None:
         super().__init__()
         self._called = called
+        self._inference_storages = inference_storages  # the storages of the inputs eager's caller made in it
+
+    def _as_eager(self, arg: Any) -> Any:
+        # A view of an inference tensor taken in inference mode has no autograd meta in eager: it requires no
+        # grad (though its base does) until requires_grad_(). Collection runs outside inference mode, where
+        # the fake view requires grad: a Function given it would record, and save inference tensors.
+        if (
+            isinstance(arg, torch.Tensor)
+            and arg.requires_grad
+            and arg._base is not None
+            and id(arg) not in self._called
+            and storage_key(arg) in self._inference_storages
+            and torch._C._autograd._get_creation_meta(arg) == torch._C._autograd.CreationMeta.INFERENCE_MODE
+        ):
+            return arg.detach()
+        return arg
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if getattr(func, "function_class", None) is not None and self._inference_storages:
+            args, kwargs = tree_map_only(torch.Tensor, self._as_eager, (args, kwargs))
         if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
             if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
                 self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor

@@ -37,6 +37,8 @@ def _apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
     def apply(*args: Any, **kwargs: Any) -> Any:
         return _apply(cls, *args, **kwargs)
 
+    apply.function_class = cls  # type: ignore[attr-defined]  # (how a mode tells a Function's apply)
+
     return handle_torch_function(apply, args, *args, **kwargs)
 
 

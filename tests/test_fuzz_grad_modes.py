@@ -621,3 +621,44 @@ CHANGED_THEN_VIEW_WRITTEN_CASES = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(CHANGED_THEN_VIEW_WRITTEN_CASES, {}))
 def test_changed_then_view_written(name: str, mode: str) -> None:
     check_in_mode(*CHANGED_THEN_VIEW_WRITTEN_CASES[name], mode)
+
+
+# Program 1162 of seed 25: under the caller's inference_mode, a view of an inference leaf requiring grad has no
+# autograd meta (requires no grad), so a Function applied to it in an enable_grad region records nothing and
+# saves its inference second argument without complaint. Collection and the trace run outside inference mode,
+# where the fake view required grad: the Function recorded and raised "Inference tensors cannot be saved".
+# Given the leaf itself, or a view made to require grad, eager records and raises: so must we.
+def _scaled_by_saved_of(view, *, data_write: bool = False, requires_grad: bool = False):
+    def fn(a0, a1):
+        v2 = view(a0)
+        if requires_grad:
+            v2.requires_grad_()
+        v3 = a0 * 2
+        if data_write:
+            a1.data.index_put_((torch.tensor([0]),), torch.tensor(2.0))
+        with torch.enable_grad():
+            v4 = ScaledBySaved.apply(v2, v3)
+        return (v4,)
+
+    return fn
+
+
+def _leaf_and_block():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(3, 3, generator=g).t().detach().requires_grad_(), torch.randn(2, 3, 4, generator=g)
+
+
+FUNCTION_OF_VIEW_OF_INFERENCE_LEAF = {
+    "unfold_data_write": _scaled_by_saved_of(lambda t: t.unfold(0, 2, 1), data_write=True),
+    "unfold": _scaled_by_saved_of(lambda t: t.unfold(0, 2, 1)),
+    "narrow": _scaled_by_saved_of(lambda t: t.narrow(1, 1, 2)),
+    "select": _scaled_by_saved_of(lambda t: t[1]),
+    "transpose": _scaled_by_saved_of(lambda t: t.t()),
+    "leaf_itself": _scaled_by_saved_of(lambda t: t),
+    "view_made_to_require_grad": _scaled_by_saved_of(lambda t: t[1:], requires_grad=True),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(FUNCTION_OF_VIEW_OF_INFERENCE_LEAF, {}))
+def test_function_of_view_of_inference_leaf(name, mode):
+    check_in_mode(FUNCTION_OF_VIEW_OF_INFERENCE_LEAF[name], _leaf_and_block, mode)

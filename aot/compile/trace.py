@@ -33,14 +33,21 @@ from meta import symbolic
 from meta.alias import AliasAnalysis, written_positions
 from meta.eager_state import autograd_nodes, is_leaf_safely, saved_tensor_hooks_suspended
 from meta.errors import UnsupportedMutationError
-from meta.fresh_views import FreshViews
+from meta.fresh_views import FreshViews, RequiresGradCalls
 from meta.function_apply import functions_seen_by_modes
 from meta.indices import GraphArg, GraphOut
 from meta.out_resize import OutResize
 from meta.overlap import EagerOverlapChecks, element_offsets
 from meta.recorder import ABSOLUTE_OFFSET_OPS
 from meta.stand_ins import collecting_stand_ins, leaf_standing_for
-from meta.storage import fake_inputs, leaf_of_ungraded_base, storage_extent, storage_key, view_root
+from meta.storage import (
+    CALLER_IN_INFERENCE_MODE,
+    fake_inputs,
+    leaf_of_ungraded_base,
+    storage_extent,
+    storage_key,
+    view_root,
+)
 from meta.storage_set import StorageSetsOntoTensors
 from meta.versions import history_refused
 from meta.view_and_mutation import ViewAndMutationMeta
@@ -539,8 +546,19 @@ def trace_inference(
 
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
+    # As in collection: a Function given a view of an input eager's caller made in inference mode sees it
+    # requiring no grad (``RequiresGradCalls``).
+    inference_storages = frozenset(
+        storage_key(primal) for primal, arg in zip(primals, flat_args, strict=True) if arg.is_inference()
+    )
+    inference_views = (
+        RequiresGradCalls({}, inference_storages)
+        if inference_storages and CALLER_IN_INFERENCE_MODE.get()
+        else contextlib.nullcontext()
+    )
+
     def forward(*args: torch.Tensor) -> list[torch.Tensor]:
-        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews(), args):
+        with _flag_sets_as_eager(), _geometry_changes(meta, FreshViews(), args), inference_views:
             return list(flat_fn(*args))
 
     grad_mode = torch.is_grad_enabled()
