@@ -99,6 +99,24 @@ class _Node:
     parent_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 
+# Dtypes eager's kernel refuses and the fake kernel accepts: the op raises there, as eager's does, before the trace
+# goes on to an error of its own (seed 25 program 153: the fake's sign of complex ran, and a stale no_grad view
+# read after it raised a RuntimeError where eager raises sign's NotImplementedError).
+_REFUSED_BY_EAGER_KERNEL: dict[str, tuple[Callable[[torch.dtype], bool], type[Exception], str]] = {
+    "sign": (
+        lambda dtype: dtype.is_complex,
+        NotImplementedError,
+        "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+    ),
+}
+
+
+def _refuse_as_eager_kernel(func: Any, args: Any) -> None:
+    refused = _REFUSED_BY_EAGER_KERNEL.get(getattr(getattr(func, "overloadpacket", None), "__name__", "").rstrip("_"))
+    if refused is not None and args and isinstance(args[0], torch.Tensor) and refused[0](args[0].dtype):
+        raise refused[1](refused[2])
+
+
 class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records, below autograd, each view's parent, each write's target, and storage use."""
 
@@ -225,6 +243,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if _resize_to_own_size(func, args, kwargs):
             return args[0]  # eager's autograd neither bumps the version nor records a change: a no-op
         self.settle()
+        _refuse_as_eager_kernel(func, args)
         refuse_self_overlapping_writes(func, args, kwargs)
         self._check_overlap_as_eager(func, args, kwargs)
         if self._inference_inputs:

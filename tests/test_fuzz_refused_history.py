@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.functions import WithSign
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -225,3 +226,48 @@ CASES = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(CASES, {}))
 def test_refused_history(name: str, mode: str) -> None:
     check_in_mode(*CASES[name], mode)
+
+
+# Program 153 of seed 25: a view of an input taken under no_grad, the input scattered under no_grad, then an op eager's
+# kernel refuses (sign of complex) before the view is read. Eager raises that op's NotImplementedError; the fake
+# kernel accepted it, and the trace went on to read the view, raising the stale view's RuntimeError first.
+def _stale_view_then_function_sign(a0):
+    with torch.no_grad():
+        v0 = a0.expand(2, 3, 4)
+        a0.scatter_(0, torch.zeros((1, 4), dtype=torch.long), 2j)
+    v2, v3 = WithSign.apply(a0)
+    return (sum(t.real.sum() for t in (a0, v0, v2, v3)),)
+
+
+def _stale_view_then_sign(a0):
+    with torch.no_grad():
+        v0 = a0[1:]
+        a0.mul_(2)
+    return (a0.sign() + v0.sum(),)
+
+
+def _stale_view_then_sign_inplace(a0):
+    with torch.no_grad():
+        v0 = a0.t()
+        a0.add_(1j)
+    b = a0 * 1
+    b.sign_()
+    return (b, v0 * 2)
+
+
+def _complex_leaf_t():
+    return (
+        (torch.randn(4, 3, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)).requires_grad_() * 1).t(),
+    )
+
+
+SIGN_OF_COMPLEX = {
+    "function_sign_expand": (_stale_view_then_function_sign, _complex_leaf_t),
+    "sign_slice": (_stale_view_then_sign, _complex_leaf_t),
+    "sign_inplace_t": (_stale_view_then_sign_inplace, _complex_leaf_t),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(SIGN_OF_COMPLEX, {}))
+def test_refused_kernel_before_stale_view(name: str, mode: str) -> None:
+    check_in_mode(*SIGN_OF_COMPLEX[name], mode)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import DoublesInPlace
+from tests.functions import DoublesInPlace, TriplesGradOutput
 from tests.oracle import MODES, check_in_mode
 
 
@@ -588,3 +588,38 @@ def _written_with_grad_then_set_onto_clone(a0, a1):
 )
 def test_written_with_grad_then_recorded_set():
     check_in_mode(_written_with_grad_then_set_onto_clone, _leaf_rows_and_plain_rows, "training")
+
+
+# Program 1722 of seed 25: an input the function calls requires_grad_() on, then set_() onto a view of its own memory.
+# Under no_grad autograd records no set_(), so the layers above see a restride; below, the set_() on the untracked
+# alias went to a stand-in, and the alias (and the duplicate position, the same object) kept its old geometry.
+def _requires_grad_then_set_onto_own_view(a0, a1):
+    a0.requires_grad_()
+    v0 = a0.as_strided((3,), (2,), 10)
+    a1.set_(v0.untyped_storage(), v0.storage_offset(), v0.shape, v0.stride())
+    v1 = TriplesGradOutput.apply(a1)
+    return (v1, a0, sum(t.real.sum() for t in (a0, a1, v0, v1)))
+
+
+def _requires_grad_then_set_onto_own_row(a0, a1):
+    a0.requires_grad_()
+    a1.set_(a0[1].detach())
+    return (a1 * 3, a0)
+
+
+def _same_tensor_twice():
+    s0 = torch.randn(2, 3, 4, generator=_gen()).requires_grad_()
+    i0 = s0 * 1
+    return (i0, i0)
+
+
+SET_ONTO_OWN_AFTER_REQUIRES_GRAD = {
+    "as_strided_duplicated": (_requires_grad_then_set_onto_own_view, _same_tensor_twice),
+    "row_duplicated": (_requires_grad_then_set_onto_own_row, _same_tensor_twice),
+}
+
+
+@pytest.mark.parametrize("mode", ("no_grad", "inference_mode"))
+@pytest.mark.parametrize("name", sorted(SET_ONTO_OWN_AFTER_REQUIRES_GRAD))
+def test_set_onto_own_memory_after_requires_grad(name, mode):
+    check_in_mode(*SET_ONTO_OWN_AFTER_REQUIRES_GRAD[name], mode)

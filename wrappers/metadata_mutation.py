@@ -1006,7 +1006,13 @@ def _call_with_stand_ins(
     """``func`` on the stand-ins of its tensor arguments, except the object an in-place geometry change or an
     ``out=`` writes (the function's own object)."""
     first, rest = (args[0], args[1:]) if args else (None, ())
-    if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
+    # ``set_()`` (``aten.set_.*`` from below autograd) moves the function's own object, as the in-place geometry
+    # changes do: on a stand-in the object would keep its old geometry (seed 25 program 1722, set_() onto its own
+    # memory under no_grad, a restride to the layers above).
+    own = name in _INPLACE_VIEW_METHODS or (
+        isinstance(func, torch._ops.OpOverload) and func.overloadpacket.__name__ == "set_"
+    )
+    if not own and isinstance(first, torch.Tensor):
         first = stand_in(first)
     rest, kwargs_in = tree_map_only(torch.Tensor, stand_in, (rest, kwargs))
     if "out" in kwargs:
