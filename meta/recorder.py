@@ -523,10 +523,18 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return tensor, (), None
         steps: list[ViewStep] = []
         geometries: list[tuple[tuple[int, ...], tuple[int, ...], int] | None] = []
+        later: torch.Tensor | None = None  # the tensor of the step appended last (a later one in eager)
         while node.parent is not None:
             assert node.step is not None
-            called = self.made_require_grad.get(id(node.tensor)) is node.tensor
-            steps.append(_with_requires_grad_set(node.step, node.tensor, called))
+            if node.tensor is later:
+                # The same object changed in place later (``v = a.data; v.squeeze_(); v.requires_grad_()``):
+                # its requires_grad_() is the last step's, made after the change, which eager made on a tensor
+                # needing no grad (kept no view, as eager's); made here, the change would replay as a view.
+                steps.append(node.step)
+            else:
+                called = self.made_require_grad.get(id(node.tensor)) is node.tensor
+                steps.append(_with_requires_grad_set(node.step, node.tensor, called))
+            later = node.tensor
             geometries.append(node.parent_geometry)
             node = node.parent
             if stop(node.tensor):

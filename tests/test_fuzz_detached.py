@@ -345,3 +345,63 @@ SET_ONTO_MADE = {
 @pytest.mark.parametrize("name", sorted(SET_ONTO_MADE))
 def test_needing_no_grad_set_onto_made_tensor(name, mode):
     check_in_mode(*SET_ONTO_MADE[name], mode)
+
+
+# Seed 25, program 420: a ``.data``/``detach()`` alias of an input changed in place (``squeeze_()``, ``t_()``),
+# then made a leaf by ``requires_grad_()``. Eager's alias is no view before the change nor after it: a leaf with
+# no ``_base``. The recorder marked every step of the object as the one requiring grad, so the replay made the
+# alias a leaf before the change, which it then replayed as a view of it.
+def _data_squeezed_then_leaf(a0):
+    v1 = a0.data
+    v1.squeeze_()
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _detached_transposed_then_leaf(a0):
+    v1 = a0.detach()
+    v1.t_()
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _data_unsqueezed_twice_then_leaf(a0):
+    v1 = a0.data
+    v1.unsqueeze_(0)
+    v1.unsqueeze_(-1)
+    v1.requires_grad_()
+    return (v1, v1 * 2)
+
+
+def _data_leaf_then_squeezed_under_no_grad(a0):
+    v1 = a0.data
+    v1.requires_grad_()
+    with torch.no_grad():
+        v1.unsqueeze_(0)
+    return (v1,)
+
+
+def _square(kind: str):
+    def make():
+        s0 = _randn(3, 3).requires_grad_()
+        return ({"transposed": s0.t(), "leaf": s0, "non_leaf": s0 * 1}[kind],)
+
+    return make
+
+
+CHANGED_THEN_LEAF = {
+    f"{fn.__name__[1:]}_{kind}": (fn, _square(kind))
+    for fn in (
+        _data_squeezed_then_leaf,
+        _detached_transposed_then_leaf,
+        _data_unsqueezed_twice_then_leaf,
+        _data_leaf_then_squeezed_under_no_grad,
+    )
+    for kind in ("transposed", "leaf", "non_leaf")
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(CHANGED_THEN_LEAF))
+def test_detached_alias_changed_in_place_then_made_leaf(name, mode):
+    check_in_mode(*CHANGED_THEN_LEAF[name], mode)

@@ -623,3 +623,60 @@ SET_ONTO_OWN_AFTER_REQUIRES_GRAD = {
 @pytest.mark.parametrize("name", sorted(SET_ONTO_OWN_AFTER_REQUIRES_GRAD))
 def test_set_onto_own_memory_after_requires_grad(name, mode):
     check_in_mode(*SET_ONTO_OWN_AFTER_REQUIRES_GRAD[name], mode)
+
+
+# Seed 25, program 141: a tensor without history the function made (``flip``, ``clone``, ``* 2``) set_() onto a
+# view of an input needing no grad (or under no_grad), then made a leaf requiring grad. Eager returns that object,
+# a leaf on the input's memory with no ``_base``; the epilogue gave the replayed alias the graph value's history
+# (was: an ``AdoptHistoryBackward`` output, no leaf).
+def _flipped_set_onto_element_then_leaf(a0):
+    v0 = a0.select(0, 0)
+    v1 = a0.flip(0)
+    v1.set_(v0)
+    v1.requires_grad = True
+    return (v1,)
+
+
+def _cloned_set_onto_narrowed_then_leaf(a0):
+    v1 = a0.clone()
+    v1.set_(a0.narrow(0, 1, 2))
+    v1.requires_grad_()
+    return (v1, v1 * 3)
+
+
+def _doubled_set_under_no_grad_then_leaf(a0):
+    with torch.no_grad():
+        v1 = a0 * 2
+        v1.set_(a0[1:])
+    v1.requires_grad_()
+    return (v1,)
+
+
+def _strided_rows(requires_grad: bool):
+    def make():
+        s1 = torch.randn(24, generator=_gen()).requires_grad_(requires_grad)
+        return (s1[7:15:2],)
+
+    return make
+
+
+def _plain_leaf():
+    return (torch.randn(4, generator=_gen()).requires_grad_(),)
+
+
+MOVED_THEN_LEAF = {
+    "flipped_set_onto_element_then_leaf": (_flipped_set_onto_element_then_leaf, _strided_rows(False)),
+    "cloned_set_onto_narrowed_then_leaf": (_cloned_set_onto_narrowed_then_leaf, _strided_rows(False)),
+    "doubled_set_under_no_grad_then_leaf": (_doubled_set_under_no_grad_then_leaf, _strided_rows(False)),
+    "doubled_set_under_no_grad_then_leaf_of_view_requiring_grad": (
+        _doubled_set_under_no_grad_then_leaf,
+        _strided_rows(True),
+    ),
+    "doubled_set_under_no_grad_then_leaf_of_leaf": (_doubled_set_under_no_grad_then_leaf, _plain_leaf),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(MOVED_THEN_LEAF))
+def test_made_tensor_set_onto_input_then_made_leaf(name, mode):
+    check_in_mode(*MOVED_THEN_LEAF[name], mode)

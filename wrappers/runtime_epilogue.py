@@ -238,8 +238,7 @@ class _Step:
             assert info is not None
             of_input = replay_views(args[self.source], self.chain, made)
             if self.flag:  # in place: eager's write was counted already (the write-back)
-                with uncounted(of_input):
-                    outs[self.out] = with_history(AdoptHistory, of_input, outs[self.out])
+                outs[self.out] = _adopted(of_input, outs[self.out], _made_a_leaf(info))
             elif info.is_leaf and of_input.is_leaf:
                 outs[self.out] = of_input  # a view of it taken under no_grad: no history, as eager's
             else:
@@ -301,7 +300,9 @@ class _Step:
             of = source.fresh("of_input" if op == "function_view" else "on_memory")
             source.line(f"{of} = {n.replay}({base}, {chain}, {n.made})")
             history = source.const(with_history, "with_history")
-            if op == "on_storage" or self.flag:
+            if op == "function_view" and self.flag:
+                source.line(f"{out} = {source.const(_adopted, 'adopted')}({of}, {current}, {_made_a_leaf(info)})")
+            elif op == "on_storage":
                 with source.block(f"with {source.const(uncounted, 'uncounted')}({of}):"):
                     source.line(f"{out} = {history}({source.const(AdoptHistory, 'AdoptHistory')}, {of}, {current})")
             else:
@@ -419,6 +420,16 @@ def _replay_order(infos: tuple[OutputAliasInfo[Any, Any], ...]) -> list[int]:
     return sorted(range(len(infos)), key=path)
 
 
+def _adopted(alias: torch.Tensor, value: torch.Tensor, leaf: bool) -> torch.Tensor:
+    """``alias``, the replayed tensor eager set_() onto an input's memory, with the graph's ``value``'s history.
+    Eager's output is a ``leaf`` requiring grad when the object it moved had no history (the function's
+    requires_grad_() after): the alias itself then requires grad, as eager's object did, no history adopted."""
+    if leaf and alias.is_leaf:
+        return alias if alias.requires_grad else alias.requires_grad_()
+    with uncounted(alias):  # eager's write was counted already (the write-back)
+        return with_history(AdoptHistory, alias, value)
+
+
 def _as_root(base: torch.Tensor) -> torch.Tensor:
     """A hidden intermediate base as eager's: the root of its outputs' views, no view itself. A graph output
     sitting on an input's memory (a set_() onto the input) is a view of it, sharing its version counter:
@@ -429,7 +440,8 @@ def _as_root(base: torch.Tensor) -> torch.Tensor:
 def _made_a_leaf(info: OutputAliasInfo[Any, Any]) -> bool:
     """A computed output that eager returns as a leaf requiring grad: a value without history (computed
     under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
-    plain = info.computed_alias is None and not info.hidden_view
+    # (Or one eager set_() onto an input's memory, ``in_place``: that object is the leaf, no view of the input.)
+    plain = (info.computed_alias is None or info.computed_alias.in_place) and not info.hidden_view
     return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable
 
 
