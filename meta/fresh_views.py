@@ -144,7 +144,10 @@ class RequiresGradCalls(TorchFunctionMode):
         kwargs = kwargs or {}
         if getattr(func, "function_class", None) is not None and self._inference_storages:
             args, kwargs = tree_map_only(torch.Tensor, self._as_eager, (args, kwargs))
-        if getattr(func, "__name__", "") == "requires_grad_" and args and isinstance(args[0], torch.Tensor):
+        name = getattr(func, "__name__", "")
+        # ``x.requires_grad = True`` reaches modes as the attribute's ``__set__``: the same as ``requires_grad_()``.
+        setter = name == "__set__" and getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad"
+        if (name == "requires_grad_" or setter) and args and isinstance(args[0], torch.Tensor):
             if (args[1] if len(args) > 1 else kwargs.get("requires_grad", True)) is not False:
                 self._called[id(args[0])] = args[0]  # kept alive: its id names no other tensor
         return func(*args, **kwargs)

@@ -662,3 +662,37 @@ FUNCTION_OF_VIEW_OF_INFERENCE_LEAF = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(FUNCTION_OF_VIEW_OF_INFERENCE_LEAF, {}))
 def test_function_of_view_of_inference_leaf(name, mode):
     check_in_mode(FUNCTION_OF_VIEW_OF_INFERENCE_LEAF[name], _leaf_and_block, mode)
+
+
+# Seed 25 program 1677: under the caller's inference mode, ``v.requires_grad = True`` (the attribute's setter) on a
+# view of an input made the view require grad as ``v.requires_grad_()`` does; collection saw only the method call, and
+# the replayed output view required none.
+
+
+def _view_then_flag_set(take, base_first):
+    def f(a0):
+        v0 = take(a0)
+        if base_first:
+            a0.requires_grad_()
+        v0.requires_grad = True
+        return (v0,)
+
+    return f
+
+
+def _plain_2x3x4():
+    return (_randn(2, 3, 4),)
+
+
+FLAG_SET_CASES = {
+    "slice_base_first": (_view_then_flag_set(lambda a: a[1:], True), _plain_2x3x4),
+    "slice": (_view_then_flag_set(lambda a: a[1:], False), _plain_2x3x4),
+    "transpose": (_view_then_flag_set(lambda a: a.transpose(0, 2), False), _plain_2x3x4),
+    "as_strided_base_first": (_view_then_flag_set(lambda a: a.as_strided((3,), (2,), 5), True), _plain_2x3x4),
+    "view_of_outside_tensor": (_view_then_flag_set(lambda a: a.view(4, 3), True), _plain_3x4_outside_inference_mode),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(FLAG_SET_CASES, {}))
+def test_view_requires_grad_set_by_attribute(name: str, mode: str) -> None:
+    check_in_mode(*FLAG_SET_CASES[name], mode)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.functions import DoublesInPlace
+from tests.functions import DoublesInPlace, Identity, ScaledBySaved
 from tests.oracle import MODES, check, check_in_mode
 
 
@@ -203,3 +203,56 @@ def test_absolute_offset_then_other_storage() -> None:
 
     compiled = check(_other_copied_then_read_absolute, _blocks_of_one_storage)
     check(_other_copied_then_read_absolute, again, compiled_fn=compiled)
+
+
+# Seed 25 program 1461: a view of a base needing none, restrided over a sibling view made to require grad, written,
+# then made a leaf, with an autograd.Function in the backward. The trace's record of the edges each node sent a
+# gradient along kept only the last run of a node: the stand-ins' gradients, sent on after the first backward through
+# their values' histories, ran the synthetic base's clone again with none for the base, so the base counted as
+# reached from no output and the runtime cleared the leaf's gradient.
+
+
+def _restrided_written_then_made_leaf(function, write, restride=True):
+    def f(a0, a1, a2):
+        a1.requires_grad_()
+        if restride:
+            a2.as_strided_((4,), (1,), 6)
+        write(a2)
+        v0 = function.apply(a0 @ a0.mT)
+        a2.requires_grad_()
+        return (v0, _total(a1, a2, v0))
+
+    return f
+
+
+def _leaf_and_overlapping_views():
+    s0 = _randn(24, seed=1)
+    return (_randn(2, 3).t().detach().requires_grad_(), s0[6:18].view(4, 3).t(), s0[7:19].view(3, 4)[:, 3])
+
+
+def _leaf_and_overlapping_rows():
+    s0 = _randn(24, seed=1)
+    return (_randn(2, 3).t().detach().requires_grad_(), s0[6:18].view(3, 4), s0[4:16].view(3, 4)[1])
+
+
+FUNCTION_AFTER_MADE_LEAF_CASES = {
+    "identity-zero": (_restrided_written_then_made_leaf(Identity, torch.Tensor.zero_), _leaf_and_overlapping_views),
+    "scaled_by_saved-zero": (
+        _restrided_written_then_made_leaf(ScaledBySaved, torch.Tensor.zero_),
+        _leaf_and_overlapping_views,
+    ),
+    "identity-mul": (
+        _restrided_written_then_made_leaf(Identity, lambda t: t.mul_(2)),
+        _leaf_and_overlapping_views,
+    ),
+    "identity-zero-rows": (
+        _restrided_written_then_made_leaf(Identity, torch.Tensor.zero_, restride=False),
+        _leaf_and_overlapping_rows,
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", FUNCTION_AFTER_MADE_LEAF_CASES)
+def test_function_in_backward_of_made_leaf(name: str, mode: str) -> None:
+    check_in_mode(*FUNCTION_AFTER_MADE_LEAF_CASES[name], mode)

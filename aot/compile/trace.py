@@ -372,7 +372,11 @@ class _GradientsSent:
     def __enter__(self) -> _GradientsSent:
         def recorder(node: Any) -> Callable[[Any, Any], None]:
             def record(grad_inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
-                self._unsent[id(node)] = frozenset(j for j, grad in enumerate(grad_inputs) if grad is None)
+                # A node may run more than once (the stand-ins' gradients go on through their values' histories
+                # after the first backward): it sent along an edge if any run did, so a later run sending None
+                # there (a stand-in's gradient none of whose elements reach that input) keeps the edge.
+                unsent = frozenset(j for j, grad in enumerate(grad_inputs) if grad is None)
+                self._unsent[id(node)] = self._unsent.get(id(node), unsent) & unsent
 
             return record
 
