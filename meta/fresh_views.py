@@ -442,7 +442,7 @@ class FreshViews(TorchFunctionMode):
                     # neither. Eager's memory holds the Function's values there, with its history: the base's
                     # record of the region now reaches the stand-in (its value read back, its uses after).
                     with torch.enable_grad():
-                        HistoryFrom.apply(base.as_strided(*geometry_of(tensor)), stand_in)  # type: ignore[no-untyped-call]
+                        AdoptHistory.apply(base.as_strided(*geometry_of(tensor)), stand_in)  # type: ignore[no-untyped-call]
 
     def _retake_leaf_view_records(self) -> None:
         """Take again the record of each view of a leaf view whose memory changed since. Eager takes it from the
@@ -565,14 +565,15 @@ class ReplayedHistory(torch.autograd.Function):
         return grad, None
 
 
-class HistoryFrom(torch.autograd.Function):
-    """``region`` (a view, marked dirty, its memory unchanged) with the history of ``source``, its values: the
-    gradient of the region reaches ``source`` element by element, none the region's history before."""
+class AdoptHistory(torch.autograd.Function):
+    """``alias`` (marked dirty, its memory unchanged) taking the history of ``value``, its values, as an in-place
+    op gives it (its version moves): its gradient reaches ``value`` element by element, none its history before.
+    (Also the runtime's, ``wrappers.history``.)"""
 
     @staticmethod
-    def forward(ctx: Any, region: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        ctx.mark_dirty(region)
-        return region
+    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(alias)
+        return alias
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:

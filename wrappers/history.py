@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from meta.fresh_views import AdoptHistory
+
 __all__ = ["AdoptHistory", "GradientTo", "ViewWithHistory", "with_history"]
 
 
@@ -36,19 +38,6 @@ class GradientTo(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
-
-
-class AdoptHistory(torch.autograd.Function):
-    """``alias`` (no view) taking ``value``'s history as an in-place op gives it (its version moves)."""
-
-    @staticmethod
-    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        ctx.mark_dirty(alias)
-        return alias
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        return None, grad
 
 
 def with_history(function: type[torch.autograd.Function], alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
