@@ -13,7 +13,7 @@ import torch
 
 from meta.fresh_views import AdoptHistory
 
-__all__ = ["AdoptHistory", "GradientTo", "ViewWithHistory", "with_history"]
+__all__ = ["AdoptHistory", "GradientTo", "ViewWithHistory", "history_alias", "with_history"]
 
 
 class ViewWithHistory(torch.autograd.Function):
@@ -38,6 +38,14 @@ class GradientTo(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
+
+
+def history_alias(arg: torch.Tensor) -> torch.Tensor:
+    """An alias of ``arg`` (no view, no leaf) whose gradient goes to ``arg``: its in-place ops are its own, and a
+    counter moved on it takes no history again from a base (``arg`` a leaf view of a base needing no grad)."""
+    with torch.enable_grad():
+        alias: torch.Tensor = GradientTo.apply(arg, arg)  # type: ignore[no-untyped-call]
+    return alias
 
 
 def with_history(function: type[torch.autograd.Function], alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source
-from wrappers.history import AdoptHistory, GradientTo, with_history
+from wrappers.history import AdoptHistory, GradientTo, history_alias, with_history
 from wrappers.output_split import OutputSplit
 
 __all__ = ["MetadataMutation"]
@@ -261,7 +261,7 @@ class MetadataMutation:
             working = list(args)
             for arg_idx in mutated:
                 working[arg_idx] = (
-                    _history_alias(args[arg_idx])
+                    history_alias(args[arg_idx])
                     if arg_idx in set_with_history
                     else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
@@ -782,13 +782,6 @@ def _from_final_geometry(
     return dataclasses.replace(step, from_geometry=(taken_in[0], taken_in[1], taken_in[2] - final[2]))
 
 
-def _history_alias(arg: torch.Tensor) -> torch.Tensor:
-    """An alias of ``arg`` (no view, no leaf) whose gradient goes to ``arg``: its in-place ops are its own."""
-    with torch.enable_grad():
-        alias: torch.Tensor = GradientTo.apply(arg, arg)  # type: ignore[no-untyped-call]
-    return alias
-
-
 def _views_of(
     args: list[torch.Tensor], bases: frozenset[DedupedArg], mutated: tuple[DedupedArg, ...]
 ) -> tuple[tuple[DedupedArg, DedupedArg], ...]:
@@ -806,7 +799,7 @@ def _view_of_alias(view: torch.Tensor, alias: torch.Tensor, written_changed: boo
     """``view`` taken again from ``alias`` (the function's stand-in for its base): the tracing modes then take
     its history again from the alias once its counter moves, as eager takes it from the base in the base's
     geometry then. Marked as made where ``view`` was made. ``written_changed``: ``alias`` is a history alias
-    (``_history_alias``, no view) of an input written after its geometry changed, a base autograd itself takes
+    (``history_alias``, no view) of an input written after its geometry changed, a base autograd itself takes
     the view's history again from, past its writes and recorded changes, as eager's from the input."""
     if not written_changed and not getattr(alias, STANDS_FOR_NO_VIEW, False):
         return view  # (a detached alias: no history to take again)
@@ -1228,7 +1221,7 @@ def _restrided_view(target: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
         # views: once the counter moves (the epilogue sets eager's final counters before the call), autograd
         # takes the view's history again from that base and the edge to the leaf is gone. From an alias of the
         # leaf that is no view, as ``_stand_in_view``'s leaf is while compiling, it is taken again to the leaf.
-        source = _history_alias(target) if target._base is not None and target.requires_grad else target
+        source = history_alias(target) if target._base is not None and target.requires_grad else target
         return source.as_strided(*old)
 
 
@@ -1312,8 +1305,7 @@ class _RequiresGradInside(TorchFunctionMode):
             # An alias of no view: where the input is a leaf view of a base needing none (as the caller's is, and
             # the trace's stand-in for it, ``meta.stand_ins``), a view of it would take its history again from that
             # base once set_() moves the counter, and the gradient would stop there.
-            with torch.enable_grad():
-                self._grad_targets[id(alias)] = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
+            self._grad_targets[id(alias)] = history_alias(source)
             self._names[id(alias)] = set_later
         if of_view:
             self._of_views.add(id(alias))

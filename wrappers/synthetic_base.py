@@ -40,7 +40,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source, counted_call
-from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, with_history
+from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, history_alias, with_history
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import write_back
 
@@ -146,7 +146,7 @@ def span_base(members: Sequence[torch.Tensor], span: tuple[int, int]) -> torch.T
             # A leaf view of a base needing none: autograd takes a view's history again from that base once the
             # counter moves (the layers below set it early), and the gradient would stop there. An alias of no
             # view, whose gradient goes to the leaf, is the root the base's history is taken again from.
-            source = GradientTo.apply(source, source)  # type: ignore[no-untyped-call]
+            source = history_alias(source)
         return source.as_strided((end - start,), (1,), start)
 
 
