@@ -652,6 +652,24 @@ def _doubled_set_under_no_grad_then_leaf(a0):
     return (v1,)
 
 
+# Seed 25's 141 with a write first: the written input is merged into a synthetic base, whose layer rebuilt the
+# set_() output on the caller's memory with the graph value's history instead of as the leaf eager made.
+def _written_then_flipped_set_onto_element_then_leaf(a0):
+    a0.sigmoid_()
+    v1 = a0.flip(0)
+    v1.set_(a0.select(0, 0))
+    v1.requires_grad = True
+    return (v1,)
+
+
+def _written_then_cloned_set_onto_narrowed_then_leaf(a0):
+    a0.mul_(2)
+    v1 = a0.clone()
+    v1.set_(a0.narrow(0, 1, 2))
+    v1.requires_grad_()
+    return (v1, v1 * 3, a0)
+
+
 def _strided_rows(requires_grad: bool):
     def make():
         s1 = torch.randn(24, generator=_gen()).requires_grad_(requires_grad)
@@ -673,6 +691,14 @@ MOVED_THEN_LEAF = {
         _strided_rows(True),
     ),
     "doubled_set_under_no_grad_then_leaf_of_leaf": (_doubled_set_under_no_grad_then_leaf, _plain_leaf),
+    "written_then_flipped_set_onto_element_then_leaf": (
+        _written_then_flipped_set_onto_element_then_leaf,
+        _strided_rows(False),
+    ),
+    "written_then_cloned_set_onto_narrowed_then_leaf": (
+        _written_then_cloned_set_onto_narrowed_then_leaf,
+        _strided_rows(False),
+    ),
 }
 
 

@@ -12,8 +12,18 @@ from typing import Any
 import torch
 
 from meta.fresh_views import AdoptHistory
+from meta.versions import uncounted
+from meta.view_and_mutation import OutputAliasInfo, OutputType
 
-__all__ = ["AdoptHistory", "GradientTo", "ViewWithHistory", "history_alias", "with_history"]
+__all__ = [
+    "AdoptHistory",
+    "GradientTo",
+    "ViewWithHistory",
+    "adopted",
+    "history_alias",
+    "made_a_leaf",
+    "with_history",
+]
 
 
 class ViewWithHistory(torch.autograd.Function):
@@ -54,3 +64,21 @@ def with_history(function: type[torch.autograd.Function], alias: torch.Tensor, v
     of a caller under ``no_grad`` or ``inference_mode``, where autograd.Functions record too)."""
     with torch.enable_grad() if value.requires_grad else contextlib.nullcontext():
         return function.apply(alias, value)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def adopted(alias: torch.Tensor, value: torch.Tensor, leaf: bool) -> torch.Tensor:
+    """``alias``, the replayed tensor eager set_() onto an input's memory, with the graph's ``value``'s history.
+    Eager's output is a ``leaf`` requiring grad when the object it moved had no history (the function's
+    requires_grad_() after): the alias itself then requires grad, as eager's object did, no history adopted."""
+    if leaf and alias.is_leaf:
+        return alias if alias.requires_grad else alias.requires_grad_()
+    with uncounted(alias):  # eager's write was counted already (the write-back)
+        return with_history(AdoptHistory, alias, value)
+
+
+def made_a_leaf(info: OutputAliasInfo[Any, Any]) -> bool:
+    """A computed output that eager returns as a leaf requiring grad: a value without history (computed
+    under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
+    # (Or one eager set_() onto an input's memory, ``in_place``: that object is the leaf, no view of the input.)
+    plain = (info.computed_alias is None or info.computed_alias.in_place) and not info.hidden_view
+    return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable

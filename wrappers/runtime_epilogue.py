@@ -39,7 +39,7 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source, counted_call
-from wrappers.history import AdoptHistory, ViewWithHistory, with_history
+from wrappers.history import AdoptHistory, ViewWithHistory, adopted, made_a_leaf, with_history
 from wrappers.write_back import write_back
 
 __all__ = ["RuntimeEpilogue"]
@@ -142,7 +142,7 @@ class RuntimeEpilogue:
         set_inside = not any(info.requires_grad for info in meta.input_info) and any(
             info.is_differentiable and info.output_type != OutputType.IS_INPUT for info in meta.output_info
         )
-        set_inside = set_inside or any(_made_a_leaf(info) for info in meta.output_info)
+        set_inside = set_inside or any(made_a_leaf(info) for info in meta.output_info)
         if not counters and not hidden_views and not set_inside and len(out_to_graph) == len(meta.output_info):
             return inner  # every output is computed by the graph, no input is written: nothing to do
         plan = _plan(meta, counters, out_to_graph, base_to_graph, writes)
@@ -238,7 +238,7 @@ class _Step:
             assert info is not None
             of_input = replay_views(args[self.source], self.chain, made)
             if self.flag:  # in place: eager's write was counted already (the write-back)
-                outs[self.out] = _adopted(of_input, outs[self.out], _made_a_leaf(info))
+                outs[self.out] = adopted(of_input, outs[self.out], made_a_leaf(info))
             elif info.is_leaf and of_input.is_leaf:
                 outs[self.out] = of_input  # a view of it taken under no_grad: no history, as eager's
             else:
@@ -301,7 +301,7 @@ class _Step:
             source.line(f"{of} = {n.replay}({base}, {chain}, {n.made})")
             history = source.const(with_history, "with_history")
             if op == "function_view" and self.flag:
-                source.line(f"{out} = {source.const(_adopted, 'adopted')}({of}, {current}, {_made_a_leaf(info)})")
+                source.line(f"{out} = {source.const(adopted, 'adopted')}({of}, {current}, {made_a_leaf(info)})")
             elif op == "on_storage":
                 with source.block(f"with {source.const(uncounted, 'uncounted')}({of}):"):
                     source.line(f"{out} = {history}({source.const(AdoptHistory, 'AdoptHistory')}, {of}, {current})")
@@ -389,7 +389,7 @@ def _plan(
             steps.append(_Step("replay_output", out_idx, info.base_output, info.view_chain))
         else:
             assert info.base_intermediate is not None
-            made_leaf = _made_a_leaf(meta.intermediate_bases[info.base_intermediate])
+            made_leaf = made_a_leaf(meta.intermediate_bases[info.base_intermediate])
             graph_out = base_to_graph[info.base_intermediate]
             steps.append(_Step("replay_intermediate", out_idx, graph_out, info.view_chain, flag=made_leaf, info=info))
     # Last, once every output is made (eager's write came after the view, which replays after the graph's). Not
@@ -420,16 +420,6 @@ def _replay_order(infos: tuple[OutputAliasInfo[Any, Any], ...]) -> list[int]:
     return sorted(range(len(infos)), key=path)
 
 
-def _adopted(alias: torch.Tensor, value: torch.Tensor, leaf: bool) -> torch.Tensor:
-    """``alias``, the replayed tensor eager set_() onto an input's memory, with the graph's ``value``'s history.
-    Eager's output is a ``leaf`` requiring grad when the object it moved had no history (the function's
-    requires_grad_() after): the alias itself then requires grad, as eager's object did, no history adopted."""
-    if leaf and alias.is_leaf:
-        return alias if alias.requires_grad else alias.requires_grad_()
-    with uncounted(alias):  # eager's write was counted already (the write-back)
-        return with_history(AdoptHistory, alias, value)
-
-
 def _as_root(base: torch.Tensor) -> torch.Tensor:
     """A hidden intermediate base as eager's: the root of its outputs' views, no view itself. A graph output
     sitting on an input's memory (a set_() onto the input) is a view of it, sharing its version counter:
@@ -437,17 +427,9 @@ def _as_root(base: torch.Tensor) -> torch.Tensor:
     return base if base._base is None or base.requires_grad else own_alias(base)
 
 
-def _made_a_leaf(info: OutputAliasInfo[Any, Any]) -> bool:
-    """A computed output that eager returns as a leaf requiring grad: a value without history (computed
-    under no_grad, or from tensors needing none) the function called ``requires_grad_()`` on."""
-    # (Or one eager set_() onto an input's memory, ``in_place``: that object is the leaf, no view of the input.)
-    plain = (info.computed_alias is None or info.computed_alias.in_place) and not info.hidden_view
-    return info.output_type == OutputType.NON_ALIAS and plain and info.is_leaf and info.is_differentiable
-
-
 def _without_made_leaf(info: Info) -> Info:
     """``info`` as the graph computes it: a leaf made to require grad inside has no gradient there."""
-    return dataclasses.replace(info, requires_grad=False) if _made_a_leaf(info) else info
+    return dataclasses.replace(info, requires_grad=False) if made_a_leaf(info) else info
 
 
 def _unmutated(info: Any) -> Any:

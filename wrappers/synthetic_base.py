@@ -28,7 +28,7 @@ from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
 from meta.stand_ins import leaf_standing_for
 from meta.storage import clone_at_offset, leaf_of_ungraded_base, overlaps, storage_extent, storage_key, view_root
-from meta.versions import Counters, counter_groups, uncounted
+from meta.versions import Counters, counter_groups
 from meta.view_and_mutation import (
     ComputedAlias,
     InputAliasInfo,
@@ -40,7 +40,14 @@ from meta.view_and_mutation import (
 )
 from wrappers.base import Runtime, Stage
 from wrappers.codegen import Emitter, Source, counted_call
-from wrappers.history import AdoptHistory, GradientTo, ViewWithHistory, history_alias, with_history
+from wrappers.history import (
+    GradientTo,
+    ViewWithHistory,
+    adopted,
+    history_alias,
+    made_a_leaf,
+    with_history,
+)
 from wrappers.output_split import OutputSplit
 from wrappers.write_back import write_back
 
@@ -478,9 +485,8 @@ class SyntheticBase:
             for out, alias in function_views.items():
                 # A Function's view of a merged input, computed on the base's copy: eager's aliases the caller's.
                 of_input = replay_views(args[alias.base_input], alias.view_chain, made)
-                if alias.in_place:
-                    with uncounted(of_input):  # eager's in-place write was counted already
-                        outs[out] = with_history(AdoptHistory, of_input, outs[out])
+                if alias.in_place:  # eager's in-place write was counted already
+                    outs[out] = adopted(of_input, outs[out], made_a_leaf(meta.output_info[out]))
                 elif meta.output_info[out].is_leaf and of_input.is_leaf:
                     outs[out] = of_input  # a view of it taken under no_grad: no history, as eager's
                 else:
