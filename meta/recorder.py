@@ -256,14 +256,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         parent_geometry = geometry_of(first) if first is not None and first.layout == torch.strided else None
         from_geometry = self._changed_geometry(first) if first is not None else None
-        version = -1
-        if first is not None:
-            initial_version = self._initial_version.get(storage_key(first))
-            if initial_version is None:
-                initial_version = self._initial_root_version.get(id(view_root(first)))
-            # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
-            if initial_version is not None and not first.is_inference():
-                version = first._version - initial_version
+        version = self._version_of(first) if first is not None else -1
         nbytes_before = first.untyped_storage().nbytes() if func is aten.resize_.default and first is not None else -1
         set_from = (storage_key(first), geometry_of(first)) if func in SET_OPS and first is not None else None
         func, args, kwargs = self._storage_owners.as_tensor_set(func, args, kwargs)
@@ -435,12 +428,28 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         last = next((w for w in reversed(self.writes) if w.metadata_only and w.tensor is tensor), None)
         return last is not None and (not last.grad_enabled or last.version not in (-1, tensor._version))
 
+    def _version_of(self, tensor: torch.Tensor) -> int:
+        """How many times ``tensor``'s memory was written (or its geometry changed) since the call started; -1
+        where not known."""
+        initial_version = self._initial_version.get(storage_key(tensor))
+        if initial_version is None:
+            initial_version = self._initial_root_version.get(id(view_root(tensor)))
+        # An inference tensor (made under the caller's inference mode) set_() onto an input's memory has none.
+        if initial_version is None or tensor.is_inference():
+            return -1
+        return tensor._version - initial_version
+
     def stands_for(self, fresh: torch.Tensor, tensor: torch.Tensor) -> None:
         """``fresh`` (a ``FreshViews`` stand-in) is ``tensor`` in its current geometry: views of it are views of
         ``tensor``, taken again from the geometry it has now."""
         from_geometry = self._changed_geometry(tensor)
         self.clock += 1
         step = ViewStep(aten.alias.default, (), (), None, records(), self.clock * 1024, from_geometry)
+        if from_geometry is not None:
+            # Eager's view in its changed geometry carries the history autograd recorded at the change's version
+            # (``as_strided_``'s backward reaching only the elements the geometry before it spanned): replayed at
+            # that version, its record is no stale one autograd would take again by strides from the base.
+            step = dataclasses.replace(step, version=self._version_of(tensor))
         if from_geometry is not None and self._record_stale(tensor):
             step = dataclasses.replace(step, from_base=True)
         self._keep.append(fresh)

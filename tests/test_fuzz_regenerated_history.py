@@ -735,6 +735,124 @@ PROGRAMS.update(
     }
 )
 
+
+# Seed 27 program 1563: a view of a non-leaf input written (``fill_``), then ``as_strided_`` in grad mode to an
+# offset below the view's elements, then viewed again. Eager's ``as_strided_`` is recorded at the version it bumps
+# to (``AsStridedBackward1`` over the view's history, the write's ``CopySlices``): its backward reaches only the
+# elements the view spanned before the change, so element 2 of the base gets no gradient. The replayed output was
+# taken at the write-back's version, then found stale and taken again from the base by strides (reaching 2).
+# Variants: other offsets (below, inside, past the view), other writes (through a view of it, copy_, under
+# no_grad, after the change: stale in eager too), no write, other views after, a view of a leaf.
+def _filled_then_as_strided_below(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    return (a0.narrow(-1, 1, 1),)
+
+
+def _mul_then_as_strided_below_then_row(a0):
+    a0.mul_(3)
+    a0.as_strided_((2, 2), (4, 2), 1)
+    return (a0[0], a0[1] * 2)
+
+
+def _row_written_then_as_strided_below(a0):
+    a0[1:3].zero_()
+    a0.as_strided_((3,), (3,), 0)
+    return (a0[1:],)
+
+
+def _copied_then_as_strided_below_returned(a0, w):
+    a0.copy_(w * 2)
+    a0.as_strided_((2, 2), (3, 2), 1)
+    return (a0, a0.t()[0])
+
+
+def _filled_then_as_strided_inside(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (1, 2), 5)
+    return (a0.narrow(-1, 1, 1),)
+
+
+def _filled_then_as_strided_past(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 6)
+    return (a0[:, 1],)
+
+
+def _filled_under_no_grad_then_as_strided_below(a0):
+    with torch.no_grad():
+        a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    return (a0.narrow(-1, 1, 1),)
+
+
+def _as_strided_below_then_filled(a0):
+    a0.as_strided_((2, 2), (4, 2), 0)
+    a0[0].fill_(2.0)
+    return (a0.narrow(-1, 1, 1),)
+
+
+def _as_strided_below_unwritten(a0):
+    a0.as_strided_((2, 2), (4, 2), 0)
+    return (a0.narrow(-1, 1, 1),)
+
+
+def _filled_then_as_strided_below_then_summed(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    return ((a0.narrow(-1, 1, 1) * 3).sum(),)
+
+
+def _slice_of_non_leaf_at_5():
+    s0 = torch.randn(16, generator=_gen()).requires_grad_() * 1
+    return (s0[5:10],)
+
+
+def _slice_of_non_leaf_at_5_and_leaf():
+    g = _gen()
+    s0 = torch.randn(16, generator=g).requires_grad_() * 1
+    return (s0[5:10], torch.randn(5, generator=g).requires_grad_())
+
+
+def _rows_of_non_leaf():
+    s0 = torch.randn(4, 4, generator=_gen()).requires_grad_() * 1
+    return (s0[1:3],)
+
+
+def _slice_of_leaf_at_5():
+    return (torch.randn(16, generator=_gen()).requires_grad_()[5:10],)
+
+
+PROGRAMS.update(
+    {
+        "filled_then_as_strided_below": (_filled_then_as_strided_below, _slice_of_non_leaf_at_5),
+        "mul_then_as_strided_below_then_row": (_mul_then_as_strided_below_then_row, _slice_of_non_leaf_at_5),
+        "row_written_then_as_strided_below": (_row_written_then_as_strided_below, _rows_of_non_leaf),
+        "copied_then_as_strided_below_returned": (
+            _copied_then_as_strided_below_returned,
+            _slice_of_non_leaf_at_5_and_leaf,
+        ),
+        "filled_then_as_strided_inside": (_filled_then_as_strided_inside, _slice_of_non_leaf_at_5),
+        "filled_then_as_strided_past": (_filled_then_as_strided_past, _slice_of_non_leaf_at_5),
+        "filled_under_no_grad_then_as_strided_below": (
+            _filled_under_no_grad_then_as_strided_below,
+            _slice_of_non_leaf_at_5,
+        ),
+        "as_strided_below_then_filled": (_as_strided_below_then_filled, _slice_of_non_leaf_at_5),
+        "as_strided_below_unwritten": (_as_strided_below_unwritten, _slice_of_non_leaf_at_5),
+        "filled_then_as_strided_below_then_summed": (
+            _filled_then_as_strided_below_then_summed,
+            _slice_of_non_leaf_at_5,
+        ),
+        "filled_under_no_grad_then_as_strided_below_of_leaf": (
+            _filled_under_no_grad_then_as_strided_below,
+            _slice_of_leaf_at_5,
+        ),
+        "filled_then_as_strided_below_of_leaf": (_filled_then_as_strided_below, _slice_of_leaf_at_5),
+    }
+)
+
+
 # The t_ variants: refused in training; under no_grad and inference_mode nothing records, and they run.
 REFUSED = {
     "t_under_no_grad_then_doubled_in_enable_grad": (_t_under_no_grad_then_doubled_in_enable_grad, _non_leaf_2x2),
