@@ -742,7 +742,7 @@ PROGRAMS.update(
 # elements the view spanned before the change, so element 2 of the base gets no gradient. The replayed output was
 # taken at the write-back's version, then found stale and taken again from the base by strides (reaching 2).
 # Variants: other offsets (below, inside, past the view), other writes (through a view of it, copy_, under
-# no_grad, after the change: stale in eager too), no write, other views after, a view of a leaf.
+# no_grad, after the change: stale in eager too), no write, other views and changes after, a view of a leaf.
 def _filled_then_as_strided_below(a0):
     a0.fill_(2.0)
     a0.as_strided_((2, 2), (4, 2), 0)
@@ -803,6 +803,34 @@ def _filled_then_as_strided_below_then_summed(a0):
     return ((a0.narrow(-1, 1, 1) * 3).sum(),)
 
 
+def _filled_then_as_strided_below_twice(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    a0.as_strided_((3,), (1,), 1)
+    return (a0[1:],)
+
+
+def _mul_then_as_strided_below_then_transposed(a0):
+    a0.mul_(2)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    v = a0.t()
+    return (v, v[0])
+
+
+def _filled_then_as_strided_below_then_t_(a0):
+    a0.fill_(2.0)
+    a0.as_strided_((2, 2), (4, 2), 0)
+    a0.t_()
+    return (a0[0],)
+
+
+def _view_filled_then_as_strided_below(a0):
+    v = a0[1:]
+    v.fill_(2.0)
+    v.as_strided_((2, 2), (4, 2), 0)
+    return (v.narrow(-1, 1, 1), a0)
+
+
 def _slice_of_non_leaf_at_5():
     s0 = torch.randn(16, generator=_gen()).requires_grad_() * 1
     return (s0[5:10],)
@@ -849,6 +877,13 @@ PROGRAMS.update(
             _slice_of_leaf_at_5,
         ),
         "filled_then_as_strided_below_of_leaf": (_filled_then_as_strided_below, _slice_of_leaf_at_5),
+        "filled_then_as_strided_below_twice": (_filled_then_as_strided_below_twice, _slice_of_non_leaf_at_5),
+        "mul_then_as_strided_below_then_transposed": (
+            _mul_then_as_strided_below_then_transposed,
+            _slice_of_non_leaf_at_5,
+        ),
+        "filled_then_as_strided_below_then_t_": (_filled_then_as_strided_below_then_t_, _slice_of_non_leaf_at_5),
+        "view_filled_then_as_strided_below": (_view_filled_then_as_strided_below, _slice_of_non_leaf_at_5),
     }
 )
 
