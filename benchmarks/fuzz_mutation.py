@@ -292,6 +292,8 @@ def main() -> int:
                     refusals[f"[{mode}] {outcome.signature}"] += 1
                     refusal_messages.setdefault(f"[{mode}] {outcome.signature}", outcome.message)
                 elif outcome.kind == "failure":
+                    if not failed:  # named as found, so a long run's programs can be rerun before it ends
+                        print(f"... program {index} differs [{mode}]: {outcome.signature}", flush=True)
                     failed = True
                     failures[outcome.signature].append((program, mode, outcome, index))
             failed_programs += failed
