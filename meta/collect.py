@@ -490,7 +490,7 @@ def collect_meta(
             # Through fresh views: autograd's record of a view whose geometry changed is stale on fakes.
             # (Not through one whose history eager refuses: using it raises already, and the caller's does too.)
             through = [fresh_views.returned(out) for out in outs if not history_refused(out)]
-            backward_error = _eager_backward_error(through, fakes)
+            backward_error = _eager_backward_error(through)
     return ViewAndMutationMeta(
         tuple(input_info),
         tuple(output_info),
@@ -679,16 +679,18 @@ def _from_final_geometry(
     return (first, *chain[1:])
 
 
-def _eager_backward_error(outs: Sequence[torch.Tensor], fakes: Sequence[torch.Tensor]) -> str | None:
-    """Run eager's backward on the fakes: the error a mutation makes it raise, if any.
+def _eager_backward_error(outs: Sequence[torch.Tensor]) -> str | None:
+    """Run eager's backward from ``outs`` (on the fakes): the error a mutation makes it raise, if any.
 
     Writes into inputs bump version counters shared with other inputs and their
     views, which the compiled graphs (working on copies) cannot see; a write into an
     expanded input leaves a history whose backward writes an expanded gradient; a
     geometry changed under no_grad leaves a history expecting the old shape.
     """
+    # Also where no input requires grad: an output requiring grad then comes from a leaf the function made,
+    # and eager's backward checks what was saved from it, whose counter a write through an input may move.
     differentiable = [o for o in outs if o.requires_grad and (o.is_floating_point() or o.is_complex())]
-    if not differentiable or not any(f.requires_grad for f in fakes):
+    if not differentiable:
         return None
     try:
         # All the way to the leaves, as ``loss.backward()`` goes (``autograd.grad`` to the inputs stops short).

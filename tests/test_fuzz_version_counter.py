@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from meta.versions import counter_groups
+from tests.functions import ScaledBySaved, ViewOf
 from tests.oracle import check, check_in_mode, mode_params
 
 
@@ -198,6 +199,105 @@ def _leaf_3x4():
     return (torch.randn(3, 4, generator=_gen()).requires_grad_(),)
 
 
+# Seed 27 program 241 (shrunk): a detach() of an input made a leaf (``requires_grad = True``), saved for backward,
+# then the input written: one counter, so eager's backward refuses the saved tensor. No input requires grad: the
+# fakes' backward was not run (only for inputs requiring grad), and the call, with no edge to run its backward
+# by, gave its outputs a history of their own whose backward ran.
+def _transposed_detach_made_leaf_saved_then_written(a0):
+    a0.transpose_(0, -1)
+    with torch.no_grad():
+        v0 = a0.detach()
+        with torch.enable_grad():
+            v1 = ViewOf.apply(a0)
+    v0.requires_grad = True
+    v2 = v0 @ v0.mT
+    with torch.no_grad():
+        a0.mul_(2)
+    return (sum(t.real.sum() for t in (a0, v0, v1, v2)),)
+
+
+def _detach_made_leaf_saved_then_written(a0):
+    v0 = a0.detach().requires_grad_()
+    v2 = v0 * v0
+    a0.mul_(2)
+    return (v2.sum(),)
+
+
+def _detach_made_leaf_returned_saved_then_written(a0):
+    # The leaf itself is returned too: it comes back a leaf, the product with the raising history.
+    v0 = a0.detach().requires_grad_()
+    v2 = v0 * v0
+    a0.mul_(2)
+    return (v0, v0[0], v2)
+
+
+def _row_made_leaf_saved_then_row_written_under_no_grad(a0):
+    v0 = a0[0].detach().requires_grad_()
+    v2 = v0 * v0
+    with torch.no_grad():
+        a0[0].mul_(2)
+    return (v2.sum(),)
+
+
+def _made_leaf_saved_then_other_written(a0, a1):
+    # Written through the other input, sharing its counter: only the fakes' backward sees it.
+    v0 = a0.detach().requires_grad_()
+    v2 = v0 @ v0.mT
+    a1.mul_(2)
+    return (v2.sum(),)
+
+
+def _made_leaf_saved_by_function_then_written(a0):
+    v0 = a0.detach().requires_grad_()
+    v2 = ScaledBySaved.apply(v0, v0)
+    a0.mul_(2)
+    return (v2,)
+
+
+def _made_leaf_in_enable_grad_saved_then_written(a0):
+    with torch.enable_grad():
+        v0 = a0.detach().requires_grad_()
+        v2 = v0 * v0
+    with torch.no_grad():
+        a0.mul_(2)
+    return (v2,)
+
+
+def _fresh_leaf_saved_then_written_through_detach(a0):
+    v0 = torch.ones(3, 3, requires_grad=True)
+    v2 = v0 * v0
+    v0.detach().mul_(2)
+    return (v0, v2.view(9), a0 * 2)
+
+
+def _made_leaf_written_then_saved(a0):
+    # Written before the save: eager's backward runs.
+    a0.mul_(2)
+    v0 = a0.detach().requires_grad_()
+    return ((v0 * v0).sum(),)
+
+
+def _made_leaf_not_saved_then_written(a0):
+    # Nothing saved from the leaf: eager's backward runs.
+    v0 = a0.detach().requires_grad_()
+    v2 = v0 + 1
+    a0.mul_(2)
+    return (v2.sum(),)
+
+
+def _square():
+    return (torch.randn(3, 3, generator=_gen()),)
+
+
+def _transposed_square():
+    return (torch.randn(3, 3, generator=_gen()).t(),)
+
+
+def _square_views_of_one_base():
+    s0 = torch.randn(24, generator=_gen())
+    return (s0[0:9].view(3, 3), s0[12:21].view(3, 3).t())
+
+
 CASES = {
     "saved_then_other_written_through_detach": (
         _saved_then_other_written_through_detach,
@@ -229,6 +329,23 @@ CASES = {
     "write_both_data_and_view": (_write_both, _data_view_and_view),
     "squeeze_detached_return_other": (_squeeze_detached_return_other, _detached_view_of_leaf_and_view),
     "set_view_onto_value_requiring_grad": (_set_view_onto_value_requiring_grad, _leaf_and_views_of_no_grad_base),
+    "transposed_detach_made_leaf_saved_then_written": (
+        _transposed_detach_made_leaf_saved_then_written,
+        _transposed_square,
+    ),
+    "detach_made_leaf_saved_then_written": (_detach_made_leaf_saved_then_written, _square),
+    "detach_made_leaf_saved_then_written_transposed": (_detach_made_leaf_saved_then_written, _transposed_square),
+    "detach_made_leaf_returned_saved_then_written": (_detach_made_leaf_returned_saved_then_written, _square),
+    "row_made_leaf_saved_then_row_written_under_no_grad": (
+        _row_made_leaf_saved_then_row_written_under_no_grad,
+        _square,
+    ),
+    "made_leaf_saved_then_other_written": (_made_leaf_saved_then_other_written, _square_views_of_one_base),
+    "made_leaf_saved_by_function_then_written": (_made_leaf_saved_by_function_then_written, _square),
+    "made_leaf_in_enable_grad_saved_then_written": (_made_leaf_in_enable_grad_saved_then_written, _square),
+    "fresh_leaf_saved_then_written_through_detach": (_fresh_leaf_saved_then_written_through_detach, _square),
+    "made_leaf_written_then_saved": (_made_leaf_written_then_saved, _square),
+    "made_leaf_not_saved_then_written": (_made_leaf_not_saved_then_written, _square),
 }
 
 # Class 56 (class 13 of seed 20), set_view_onto_value_requiring_grad, fixed: the compiled set_() is recorded

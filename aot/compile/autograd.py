@@ -225,6 +225,7 @@ def make_training_runtime(
     higher_order: HigherOrder | None = None,
     saved_primals: Sequence[int] = (),
     gradient_sources: Sequence[tuple[int, frozenset[int]]] = (),
+    backward_raises: bool = False,
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -240,17 +241,23 @@ def make_training_runtime(
         gradient_sources: (primal, outputs) pairs where the backward computes the primal's gradient from the
             tangents of those outputs alone: no tangent reaching any of them (eager's engine never runs that
             path), none.
+        backward_raises: the backward raises the error eager's does (a tensor it saved was written later).
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
     written_primals = [p for p in backward_writes if p < num_primals]
-    non_differentiable = [i for i, info in enumerate(meta.output_info) if not info.is_differentiable]
     tangent_outputs = meta.traced_tangents
     tangent_specs = [meta.output_info[i].spec for i in tangent_outputs]
     backward_fn = _once(compile_backward)
     # No input requires grad, yet the backward writes one (an autograd.Function's backward reached through a
-    # leaf the function made): eager's backward runs it, so the call gets an edge of its own to be run by.
-    own_edge = bool(backward_writes) and not any(info.requires_grad for info in meta.input_info)
+    # leaf the function made) or raises (a tensor saved from such a leaf was written later, through an input
+    # or not): eager's backward runs it, so the call gets an edge of its own to be run by.
+    own_edge = (bool(backward_writes) or backward_raises) and not any(info.requires_grad for info in meta.input_info)
+    # With an edge of its own, a leaf the function made and returns comes out of the call without a history
+    # (the epilogue makes it require grad, as eager's): only the outputs computed from it get the call's.
+    non_differentiable = [
+        i for i, info in enumerate(meta.output_info) if not info.is_differentiable or (own_edge and info.is_leaf)
+    ]
     # Tangents materialized here, not by autograd: which ones were None decides those gradients.
     materialize_here = bool(gradient_sources)
 
@@ -399,7 +406,7 @@ def make_training_runtime(
         if source.relaxing:  # the histories eager's reads took, of views whose counters moved before this call
             args = f"{source.const(as_read, 'as_read')}({args})"
         if own_edge:
-            source.line("# an edge of the call's own: its backward writes an input though none requires grad")
+            source.line("# an edge of the call's own: its backward writes an input or raises though none requires grad")
             args = f"{source.const(edged, 'edged')}({args})"
         grad_on, enable = source.const(torch.is_grad_enabled, "grad_on"), source.const(torch.enable_grad, "enable_grad")
         outs = source.fresh("outs")

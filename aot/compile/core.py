@@ -360,4 +360,4 @@ def _forward_only(stage: CoreStage, config: AOTConfig, entry: CompiledEntry, err
     def backward_raising(args: list[Any]) -> Any:
         raise RuntimeError(str(error))
 
-    return make_training_runtime(forward, lambda: backward_raising, stage.meta)
+    return make_training_runtime(forward, lambda: backward_raising, stage.meta, backward_raises=True)
