@@ -61,7 +61,7 @@ def main() -> None:
     ratios = []
     for name in options.workloads or list(workloads):
         t = measure(workloads[name], options.reps)
-        ratio, aa = t["ours"] / t["torch"], t["ours"] / t['ours_aa']
+        ratio, aa = t["ours"] / t["torch"], t["ours"] / t["ours_aa"]
         ratios.append(ratio)
         print(
             f"{name:<12} {bench.fmt_time(t['ours']):>9} {bench.fmt_time(t['ours_aa']):>9} "

@@ -694,8 +694,9 @@ class _Drawer:
             (
                 "more_writes",
                 lambda v: True,
-                lambda v, y: f"{{x}}.masked_fill_(torch.arange({v.numel()}).view({tuple(v.shape)}) % 2 == 0, "
-                f"{_literal(v)})",
+                lambda v, y: (
+                    f"{{x}}.masked_fill_(torch.arange({v.numel()}).view({tuple(v.shape)}) % 2 == 0, {_literal(v)})"
+                ),
             ),
             (
                 "more_writes",

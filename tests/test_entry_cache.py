@@ -13,7 +13,7 @@ from aot.cache import entries as entry_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -38,7 +38,7 @@ ok = (torch.allclose(out, e_out) and torch.allclose(ht, e_ht) and ht._base is no
       and all(torch.allclose(a.grad, b.grad) for a, b in zip(args[1:4], eager_args[1:4]))
       and torch.equal(args[4], eager_args[4]) and args[4]._version == eager_args[4]._version)
 print(json.dumps({"restored": bool(forward.compiled.entries[0].extra.get("restored")), "ok": bool(ok)}))
-'''
+"""
 
 
 def _run(cache_dir: Path) -> dict[str, bool]:

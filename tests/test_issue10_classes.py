@@ -312,8 +312,7 @@ PROGRAMS = {
 
 
 # Open: each strict, so a fix shows up.
-KNOWN_WRONG = {
-}
+KNOWN_WRONG = {}
 
 
 @pytest.mark.parametrize("name", params_with_known_wrong(PROGRAMS, KNOWN_WRONG, "training"))

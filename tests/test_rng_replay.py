@@ -46,9 +46,9 @@ OPTIONS = {
 
 def _args():
     generator = torch.Generator().manual_seed(0)
-    return torch.randn(64, 128, generator=generator).requires_grad_(), torch.randn(
-        128, 128, generator=generator
-    ).div(10).requires_grad_()
+    return torch.randn(64, 128, generator=generator).requires_grad_(), torch.randn(128, 128, generator=generator).div(
+        10
+    ).requires_grad_()
 
 
 def _run(fn, args, seed=0):
