@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch._prims_common import is_non_overlapping_and_dense_or_false, make_contiguous_strides_for
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 __all__ = ["OutResize", "resize_outs_as_eager", "restride_as_eager"]
@@ -56,6 +56,10 @@ def _eager_geometry(func: Any, args: Any, kwargs: dict[str, Any], names: list[st
     return found
 
 
+# A number's stand-in, only ever measured (made once: one made per op would be a fake under the fake mode collecting).
+_WRAPPED_NUMBER = torch.empty((), device="meta")
+
+
 def _tensor_operands(func: Any, args: Any, kwargs: dict[str, Any], names: list[str]) -> list[torch.Tensor]:
     """The op's tensor inputs, a number passed for a ``Tensor`` argument as the 0-dim tensor eager wraps it in
     (``torch.add(x, 1, out=y)``): TensorIterator counts it among its operands."""
@@ -66,7 +70,7 @@ def _tensor_operands(func: Any, args: Any, kwargs: dict[str, Any], names: list[s
         if isinstance(value, torch.Tensor):
             found.append(value)
         elif isinstance(value, (int, float, complex, bool)) and isinstance(arg.type, torch.TensorType):
-            found.append(torch.empty((), device="meta"))
+            found.append(_WRAPPED_NUMBER)
     return found
 
 
@@ -160,7 +164,9 @@ def restride_as_eager(func: Any, args: Any, kwargs: dict[str, Any], out: Any) ->
     shape = tuple(out.shape)
     stride = _tensor_iterator_strides(inputs, shape)
     if stride is None:
-        stride = tuple(torch.empty(shape, device="meta").stride())
+        # Computed, not read off ``torch.empty(shape, device="meta")``: that runs under the fake mode below (a
+        # fake tensor made per elementwise op collected), for the same contiguous strides.
+        stride = tuple(make_contiguous_strides_for(shape))
     differing = [dim for dim, (a, b) in enumerate(zip(stride, out.stride(), strict=True)) if a != b]
     if differing and all(shape[dim] == 1 for dim in differing):
         with _disable_current_modes(), torch.no_grad():

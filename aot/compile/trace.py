@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.fx._lazy_graph_module as lazy_graph_module
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -322,7 +323,7 @@ def _trace_joint_once(
         fake_mode,
         bindings_held(),
     ):
-        gm = make_fx(joint, decomposition_table=dict(decompositions))(*primals, *tangents)
+        gm = _traced(joint, decompositions, *primals, *tangents)
     return gm, primals, tangents, backward_writes
 
 
@@ -573,7 +574,7 @@ def trace_inference(
         fake_mode,
         torch.set_grad_enabled(grad_mode),
     ):
-        gm = make_fx(forward, decomposition_table=dict(decompositions))(*primals)
+        gm = _traced(forward, decompositions, *primals)
     names = [info.name for info in meta.input_info]
     descs: list[Any] = [Primal(GraphArg(i), name) for i, name in enumerate(names)]
     out_descs: list[Any] = [ForwardOutput(GraphOut(i)) for i in range(len(meta.output_info))]
@@ -674,6 +675,54 @@ def _elements_within(tensor: torch.Tensor, container: torch.Tensor) -> bool:
         return bool(torch.isin(elements, among).all())
 
 
+_lazy = threading.local()
+_lazy_lock = threading.Lock()
+_lazy_users = 0
+_GRAPH_MODULE_CLS = lazy_graph_module._get_graph_module_cls
+
+
+def _graph_module_cls() -> type[fx.GraphModule]:
+    return lazy_graph_module._LazyGraphModule if getattr(_lazy, "active", False) else _GRAPH_MODULE_CLS()
+
+
+def _traced(fn: Callable[..., Any], decompositions: Mapping[Any, Callable[..., Any]], *args: Any) -> fx.GraphModule:
+    """``make_fx(fn)(*args)``, its code not generated: ``_finish`` rewrites the graph, then generates it once.
+
+    make_fx generates a module's code when it makes it (a good part of a large graph's compile time), and
+    ``_finish`` would again. Its module class is chosen by torch's ``_get_graph_module_cls``, read per call: it
+    is wrapped while a trace runs to choose the lazy module in this thread (torch's own switch for that is
+    one flag for every thread).
+    """
+    global _lazy_users
+    with _lazy_lock:
+        if _lazy_users == 0:
+            lazy_graph_module._get_graph_module_cls = _graph_module_cls
+        _lazy_users += 1
+    previous, _lazy.active = getattr(_lazy, "active", False), True
+    try:
+        return make_fx(fn, decomposition_table=dict(decompositions))(*args)
+    finally:
+        _lazy.active = previous
+        with _lazy_lock:
+            _lazy_users -= 1
+            if _lazy_users == 0:
+                lazy_graph_module._get_graph_module_cls = _GRAPH_MODULE_CLS
+
+
+def _made_eager(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm``, and the graph modules it holds (a higher-order op's subgraphs, traced lazily too), as plain
+    GraphModules with their code generated: what backends get (a lazy module generates its code on first
+    use, which TorchScript, say, refuses)."""
+    for name, child in list(gm.named_children()):
+        if isinstance(child, fx.GraphModule):
+            setattr(gm, name, _made_eager(child))
+    if not isinstance(gm, lazy_graph_module._LazyGraphModule):
+        return gm
+    plain = fx.GraphModule(gm, gm.graph, type(gm).__name__)
+    plain.meta.update(gm.meta)
+    return plain
+
+
 def _finish(
     gm: fx.GraphModule,
     names: list[str],
@@ -712,8 +761,11 @@ def _finish(
                 value._rename(f"grad_{identifier(desc.name)}")
     graph.eliminate_dead_code()
     graph.lint()
-    gm.recompile()
-    return gm
+    # make_fx left its module lazy (``_traced``): its code is generated here, once.
+    finished = _made_eager(gm)
+    if finished is gm:
+        gm.recompile()
+    return finished
 
 
 def _drop_input_copies(gm: fx.GraphModule, copied: frozenset[int]) -> None:
