@@ -777,7 +777,24 @@ def _no_grad_out_into_real_base_used(a0, a1):
     return (a0.real.sum() + a0.imag.sum(),)
 
 
+def _no_grad_out_into_real_viewed_before(a0, a1):
+    v = a0.real
+    w = v[1:4]
+    with torch.no_grad():
+        torch.sin(a1, out=v)
+    return (w, v, v.t())
+
+
+def _no_grad_t_of_view_of_real(a0, a1):
+    v = a0.real.view(2, 3)
+    with torch.no_grad():
+        v.t_()
+    return (a0.real, v)
+
+
 STALE_DTYPE_VIEW_PROGRAMS = {
+    "no_grad_sin_out_resizes_real_viewed_before": (_no_grad_out_into_real_viewed_before, _complex_view()),
+    "no_grad_t_of_view_of_real_returned": (_no_grad_t_of_view_of_real, _complex_view()),
     "fuzz_s28_1987": (_fuzz_s28_1987, _fuzz_s28_1987_args),
     "no_grad_sin_out_resizes_real_returned_and_summed": (_no_grad_out_into_part("real", "both"), _complex_view()),
     "no_grad_sin_out_resizes_2d_real": (_no_grad_out_into_part("real", "both"), _complex_view(24, 2, 3)),
