@@ -352,7 +352,8 @@ class FreshViews(TorchFunctionMode):
         )
         if recorded_change:
             recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
-        self._note_replayed_stale(name, args)
+        if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
+            self._note_replayed_stale(args[0], geometry_of(args[0]))
         in_place_view = bool(name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor))
         geometry_before = geometry_of(args[0]) if in_place_view else None
         if records() and name.endswith("_") and not name.endswith("__") and args and isinstance(args[0], torch.Tensor):
@@ -393,6 +394,9 @@ class FreshViews(TorchFunctionMode):
         changes: list[tuple[torch.Tensor, Any]] = [
             (t, g) for t, g in zip(outs, out_geometry, strict=True) if g not in (None, geometry_of(t))
         ]
+        for tensor, before in changes:
+            # An op resized its out= view as eager's resize_output does: a change eager's replay does not see.
+            self._note_replayed_stale(tensor, before)
         if in_place_view:
             changes.append((args[0], geometry_before))
             if name == "set_":
@@ -467,18 +471,18 @@ class FreshViews(TorchFunctionMode):
             finally:
                 base.requires_grad_(False)
 
-    def _note_replayed_stale(self, name: str, args: Any) -> None:
-        """Before an in-place view op: note a view of another dtype than its base changed where eager's replay
-        of its view ops does not see it (under no_grad); a change in grad mode is seen."""
-        if name not in _INPLACE_VIEW_METHODS or not args or not isinstance(args[0], torch.Tensor):
-            return
-        view = args[0]
-        if view._base is None or view._base.dtype == view.dtype:
+    def _note_replayed_stale(
+        self, view: torch.Tensor, before: tuple[tuple[int, ...], tuple[int, ...], int] | None
+    ) -> None:
+        """Note ``view``, of another dtype than its base, changing geometry from ``before`` (an in-place view op,
+        or an ``out=`` resize) where eager's replay of its view ops does not see it (under no_grad); a change in
+        grad mode is seen."""
+        if before is None or view._base is None or view._base.dtype == view.dtype:
             return
         if torch.is_grad_enabled():
             self._replayed_stale.pop(id(view), None)
         elif not (id(view) in self._replayed_stale and self._replayed_stale[id(view)][0] is view):
-            self._replayed_stale[id(view)] = (view, geometry_of(view))
+            self._replayed_stale[id(view)] = (view, before)
 
     def _note_taken_after(self, first: Any, out: Any) -> None:
         """Note ``out``, a view taken by an op from ``first``, a tensor whose geometry changed (or a view of one

@@ -133,6 +133,14 @@ class ViewStep:
             changes_itself = self.in_place and self.op is set_within
             with torch.set_grad_enabled(grad_enabled and (self.change_grad_enabled or not changes_itself)):
                 out = self.op(tensor, *args, **kwargs)
+            if own and self.in_place and not self.change_grad_enabled and _replays_by_view_ops(tensor):
+                # Eager changed its view of another dtype than its base under no_grad (``t_``, an ``out=``
+                # resize): autograd takes that view's history again by replaying its view ops, which know of no
+                # change, a history of the old geometry (whose backward refuses the new shape). So is the
+                # replay's view changed itself, in place: autograd takes its history as eager's.
+                with torch.no_grad():
+                    tensor.as_strided_(out.shape, out.stride(), out.storage_offset())
+                out = tensor
         result: torch.Tensor = out if self.item is None else out[self.item]
         if self.in_place and result is not tensor and tensor._base is None and not result.requires_grad:
             result = own_alias(result, counted=True)  # (an out-of-place view op standing for the change)
@@ -145,6 +153,13 @@ class ViewStep:
         args = ", ".join(map(repr, self.args))
         suffix = "" if self.item is None else f"[{self.item}]"
         return f"{name}({args}){suffix}"
+
+
+def _replays_by_view_ops(view: torch.Tensor) -> bool:
+    """Whether autograd takes ``view``'s history again (after a write) by replaying the view ops that made it, not
+    by strides from its base: a view requiring grad of another dtype than its base (``x.real`` of complex memory)."""
+    base = view._base
+    return base is not None and base.dtype != view.dtype and view.requires_grad
 
 
 def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from aot.errors import UnsupportedMutationError
 from tests.functions import DoublesInPlace
-from tests.oracle import check, params_with_known_wrong
+from tests.oracle import check, check_in_mode, mode_params, params_with_known_wrong
 
 
 @pytest.fixture(autouse=True)
@@ -701,3 +701,118 @@ def test_out_into_detached_part_of_complex_with_room_matches_eager(part, mode):
     from tests.oracle import check_in_mode
 
     check_in_mode(_neg_out_detached_part(part), _float_and_complex(3, 8), mode)
+
+
+# Seed 28 program 1987, shrunk, and its variants: a view of another dtype than its base (``.real``/``.imag`` of
+# complex memory requiring grad, ``view_as_real``) changed under no_grad (an ``out=`` resize, ``t_``), then used or
+# returned. Autograd takes such a view's history again by replaying its view ops, which know of no change: a
+# history of the old geometry, whose backward refuses a gradient of the new shape (or sums one it expands to,
+# reaching the elements the old geometry spans).
+def _complex_view(numel: int = 24, *shape: int):
+    def make_args():
+        g = torch.Generator().manual_seed(0)
+        part = (torch.randn(numel, generator=g, dtype=torch.complex64).requires_grad_() * 1)[3:15:2]
+        return part.view(*shape) if shape else part, torch.randn(6, generator=g).view(3, 2)
+
+    return make_args
+
+
+def _complex_leaf():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(6, generator=g, dtype=torch.complex64).requires_grad_(), torch.randn(6, generator=g).view(3, 2)
+
+
+def _fuzz_s28_1987(a0, a1):
+    v1 = a0.real
+    a1.t_()
+    with torch.no_grad():
+        torch.sin(a1, out=v1)
+    return (v1, sum(t.real.sum() for t in (a0, a1, v1)))
+
+
+def _fuzz_s28_1987_args():
+    g = torch.Generator().manual_seed(0)
+    part = (torch.randn(24, generator=g, dtype=torch.complex64).requires_grad_() * 1)[3:15:2]
+    return part, torch.randn(24, generator=g)[1:7].view(2, 3)
+
+
+def _no_grad_out_into_part(part: str, use: str):
+    def fn(a0, a1):
+        v = getattr(a0, part) if part in ("real", "imag") else torch.view_as_real(a0)
+        with torch.no_grad():
+            torch.sin(a1 if part != "pairs" else a1.reshape(-1), out=v)
+        if use == "returned":
+            return (v,)
+        if use == "summed":
+            return ((v * 2).sum(),)
+        if use == "viewed":
+            w = v[1]
+            return (w, (w * 2).sum())
+        if use == "written":
+            v.mul_(2)
+            return (v.sum(),)
+        return (v, v.sum())
+
+    return fn
+
+
+def _no_grad_t_of_real(a0, a1):
+    v = a0.real
+    with torch.no_grad():
+        v.t_()
+    return (v,)
+
+
+def _no_grad_out_grows_real_by_a_dim(a0, a1):
+    v = a0.real
+    with torch.no_grad():
+        torch.sin(a1.reshape(1, 6), out=v)
+    return (v, v.sum())
+
+
+def _no_grad_out_into_real_base_used(a0, a1):
+    v = a0.real
+    with torch.no_grad():
+        torch.sin(a1, out=v)
+    return (a0.real.sum() + a0.imag.sum(),)
+
+
+def _no_grad_out_into_real_viewed_before(a0, a1):
+    v = a0.real
+    w = v[1:4]
+    with torch.no_grad():
+        torch.sin(a1, out=v)
+    return (w, v, v.t())
+
+
+def _no_grad_t_of_view_of_real(a0, a1):
+    v = a0.real.view(2, 3)
+    with torch.no_grad():
+        v.t_()
+    return (a0.real, v)
+
+
+STALE_DTYPE_VIEW_PROGRAMS = {
+    "no_grad_sin_out_resizes_real_viewed_before": (_no_grad_out_into_real_viewed_before, _complex_view()),
+    "no_grad_t_of_view_of_real_returned": (_no_grad_t_of_view_of_real, _complex_view()),
+    "fuzz_s28_1987": (_fuzz_s28_1987, _fuzz_s28_1987_args),
+    "no_grad_sin_out_resizes_real_returned_and_summed": (_no_grad_out_into_part("real", "both"), _complex_view()),
+    "no_grad_sin_out_resizes_2d_real": (_no_grad_out_into_part("real", "both"), _complex_view(24, 2, 3)),
+    "no_grad_sin_out_resizes_real_returned": (_no_grad_out_into_part("real", "returned"), _complex_view()),
+    "no_grad_sin_out_resizes_real_of_leaf_returned": (_no_grad_out_into_part("real", "returned"), _complex_leaf),
+    "no_grad_sin_out_resizes_real_of_leaf": (_no_grad_out_into_part("real", "both"), _complex_leaf),
+    "no_grad_sin_out_resizes_real_summed": (_no_grad_out_into_part("real", "summed"), _complex_view()),
+    "no_grad_sin_out_resizes_real_then_select": (_no_grad_out_into_part("real", "viewed"), _complex_view()),
+    "no_grad_sin_out_resizes_real_then_mul_": (_no_grad_out_into_part("real", "written"), _complex_view()),
+    "no_grad_sin_out_resizes_imag": (_no_grad_out_into_part("imag", "both"), _complex_view()),
+    "no_grad_sin_out_resizes_view_as_real": (_no_grad_out_into_part("pairs", "both"), _complex_view()),
+    "no_grad_sin_out_grows_real_by_a_dim": (_no_grad_out_grows_real_by_a_dim, _complex_view()),
+    "no_grad_sin_out_resizes_real_base_used": (_no_grad_out_into_real_base_used, _complex_view()),
+    "no_grad_t_of_real_returned": (_no_grad_t_of_real, _complex_view(24, 2, 3)),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(STALE_DTYPE_VIEW_PROGRAMS, {}))
+def test_stale_history_of_dtype_view_changed_under_no_grad(name, mode):
+    fn, make_args = STALE_DTYPE_VIEW_PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
