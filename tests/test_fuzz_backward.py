@@ -399,12 +399,6 @@ def _restrided_then_read_by_backward_twice(a0, a1):
     return (_ReadsSavedInBackward.apply(a0, a1).sin(),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the higher-order backward recomputes the Function's forward (x * 2) as plain ops, so the second "
-    "derivative goes through their derivative (2), not the Function's backward (scale[0].sum()) as eager's does; "
-    "the same without the restride (a1.t() in place of a1.t_())",
-)
 def test_higher_order_backward_reading_restrided_input() -> None:
     eager = derivatives(_restrided_then_read_by_backward_twice, list(_plain_scale_args()), 2)
     compiled_fn = aot.aot_function(_restrided_then_read_by_backward_twice, aot.nop)
