@@ -152,3 +152,86 @@ def test_function_hvp(fn, make_args) -> None:
 @pytest.mark.parametrize(("fn", "make_args"), CASES)
 def test_function_first_order(fn, make_args, mode) -> None:
     check_in_mode(fn, make_args, mode)
+
+
+# Writes the graphs hold functionalized, as aten.copy (no derivative in torch) and as_strided_scatter (torch's
+# derivative for its base sends the kept elements' gradient to the overwritten ones): the higher-order backward
+# recomputes them, or differentiates a backward holding them (an as_strided view's gradient), with grad mode on.
+def _leaf():
+    return (torch.randn(3, 2, generator=_gen()).requires_grad_(),)
+
+
+def _nonleaf():
+    return (torch.randn(3, 2, generator=_gen()).requires_grad_() * 1,)
+
+
+def _as_strided_read(a):
+    return (a.as_strided((2, 3), (1, 2)).sin() * a.sum(),)
+
+
+def _selected_row_written(a):
+    b = a * 1
+    b[0] = a[1] * 2
+    return (b.sin(),)
+
+
+def _slice_copied_into(a):
+    b = a * 3
+    b[:, :1].copy_(a[:, 1:].tanh())
+    return (b.sin().sum(),)
+
+
+def _copied_into_other_dtype(a):
+    b = torch.zeros(3, 2, dtype=torch.float64)
+    b.copy_(a.sin())
+    return ((b * b).sum(),)
+
+
+def _as_strided_view_written(a):
+    b = a * 2
+    b.as_strided((2,), (3,)).copy_(a[0] * a[1])
+    return (b.cos(),)
+
+
+def _function_after_as_strided_write(a):
+    b = a * 2
+    b.as_strided((2,), (3,)).mul_(3)
+    return (DoublesScaledInBackward.apply(b, a).sin(),)
+
+
+WRITES = [
+    pytest.param(fn, make_args, id=f"{fn.__name__.lstrip('_')}-{make_args.__name__.lstrip('_')}")
+    for fn in (
+        _as_strided_read,
+        _selected_row_written,
+        _slice_copied_into,
+        _copied_into_other_dtype,
+        _as_strided_view_written,
+        _function_after_as_strided_write,
+    )
+    for make_args in (_leaf, _nonleaf)
+]
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+@pytest.mark.parametrize(("fn", "make_args"), WRITES)
+def test_write_differentiated_again(fn, make_args, order) -> None:
+    eager = derivatives(fn, list(make_args()), order)
+    compiled = derivatives(aot.aot_function(fn, aot.nop), list(make_args()), order)
+    assert_close(compiled, eager, grad=True)
+
+
+@pytest.mark.parametrize(("fn", "make_args"), WRITES)
+def test_write_hvp(fn, make_args) -> None:
+    inputs = tuple(t.detach() for t in make_args())
+    v = tuple(torch.randn(t.shape, generator=_gen()) for t in inputs)
+    eager = torch.autograd.functional.hvp(lambda *args: fn(*args)[0].sum(), inputs, v)
+    compiled_fn = aot.aot_function(fn, aot.nop)
+    compiled = torch.autograd.functional.hvp(lambda *args: compiled_fn(*args)[0].sum(), inputs, v)
+    assert_close(compiled, eager)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("fn", "make_args"), WRITES)
+def test_write_first_order(fn, make_args, mode) -> None:
+    check_in_mode(fn, make_args, mode)

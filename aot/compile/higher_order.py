@@ -294,6 +294,7 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
     _solve_with_matrix(graph)
+    _differentiable_forms(graph)
     graph.eliminate_dead_code()
     graph.lint()
     return HigherOrderPlan(fx.GraphModule(root, graph, "BackwardAsFunction"), held, fed_positions)
@@ -374,6 +375,36 @@ def _solve_with_matrix(graph: fx.Graph) -> None:
             solve = graph.call_function(_aten.linalg_solve.default, (matrix, rhs), {"left": left})
         node.replace_all_uses_with(solve)
         graph.erase_node(node)
+
+
+def _copy_into_clone(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``aten.copy`` (functionalization's ``copy_``) as eager ran it: a write, here into a clone of ``dst``."""
+    out: torch.Tensor = _aten.clone.default(dst)
+    return out.copy_(src, non_blocking)
+
+
+def _as_strided_scatter_by_copy(
+    base: torch.Tensor, src: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None
+) -> torch.Tensor:
+    """``aten.as_strided_scatter`` as its kernel computes it, and eager's write through an as_strided view."""
+    out: torch.Tensor = _aten.clone.default(base)
+    out.as_strided(size, stride, storage_offset).copy_(src)
+    return out
+
+
+# Functional ops the graphs have where eager's backward wrote in place, which autograd never differentiates in
+# eager: torch has no derivative for ``copy`` and a wrong one for ``as_strided_scatter``'s base (the gradient of
+# the elements it keeps goes to those it overwrites). With grad mode on, they run as eager's writes did.
+_DIFFERENTIABLE_FORMS: dict[Any, Any] = {
+    _aten.copy.default: _copy_into_clone,
+    _aten.as_strided_scatter.default: _as_strided_scatter_by_copy,
+}
+
+
+def _differentiable_forms(graph: fx.Graph) -> None:
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in _DIFFERENTIABLE_FORMS:
+            node.target = _DIFFERENTIABLE_FORMS[node.target]
 
 
 def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
