@@ -154,6 +154,60 @@ def test_function_first_order(fn, make_args, mode) -> None:
     check_in_mode(fn, make_args, mode)
 
 
+class _IgnoresSecond(torch.autograd.Function):
+    """Doubles ``x``, ignoring ``other`` (nothing reads it: the graphs hold no node of it); ``backward``: a factor."""
+
+    factor = 2
+
+    @staticmethod
+    def forward(ctx, x, other):
+        return x * 2
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        return grad * cls.factor, None
+
+
+class _IgnoresSecondOtherBackward(_IgnoresSecond):
+    factor = 3
+
+
+def _dead_argument(function):
+    def fn(x, w):
+        return (function.apply(x, w * 3).sin(),)
+
+    return fn
+
+
+def _x_and_w():
+    g = _gen()
+    return (torch.randn(2, 4, generator=g).requires_grad_(), torch.randn(3, generator=g).requires_grad_())
+
+
+# An argument nothing reads has no node to apply the Function to again: its forward's ops recompute the output.
+@pytest.mark.parametrize(
+    "function",
+    [
+        _IgnoresSecond,
+        pytest.param(
+            _IgnoresSecondOtherBackward,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a Function's argument nothing reads is dead in the graphs: the higher-order backward cannot "
+                "apply the Function again and recomputes its output by the forward's ops, whose derivative (2) is "
+                "not the Function's backward (3)",
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize("order", [2, 3])
+def test_function_with_dead_argument(function, order) -> None:
+    fn = _dead_argument(function)
+    eager = derivatives(fn, list(_x_and_w()), order)
+    compiled = derivatives(aot.aot_function(fn, aot.nop), list(_x_and_w()), order)
+    assert_close(compiled, eager, grad=True)
+
+
 # Writes the graphs hold functionalized, as aten.copy (no derivative in torch) and as_strided_scatter (torch's
 # derivative for its base sends the kept elements' gradient to the overwritten ones): the higher-order backward
 # recomputes them, or differentiates a backward holding them (an as_strided view's gradient), with grad mode on.

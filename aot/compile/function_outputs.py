@@ -83,13 +83,14 @@ class FunctionOutputs(TorchFunctionMode):
         # (Read before apply: a written argument's node is the write's after, and it requires grad then.)
         arg_nodes = [node_of(leaves[i]) for i in tensors]
         ungraded = frozenset(i for i in tensors if not leaves[i].requires_grad)
-        before = set(graph.nodes)
+        last = next(iter(reversed(graph.nodes)), None)  # (the nodes apply makes follow it)
         out = func(*args, **kwargs)
         outs = list(out) if isinstance(out, tuple) else [out]
         ids = {id(leaves[i]): i for i in tensors}
-        made = [node for node in graph.nodes if node not in before]
+        made = _nodes_after(graph, last)
         out_nodes = {k: node_of(o) for k, o in enumerate(outs) if isinstance(o, torch.Tensor)}
-        fresh = [node for node in out_nodes.values() if node is not None and node not in before]
+        made_here = set(made)
+        fresh = [node for node in out_nodes.values() if node in made_here]
         apply = FunctionApply(
             cls,
             tuple(None if i in tensors else leaf for i, leaf in enumerate(leaves)),
@@ -112,6 +113,15 @@ class FunctionOutputs(TorchFunctionMode):
                 assert node is not None
                 node.meta[FUNCTION_OUTPUT] = (apply, k if isinstance(out, tuple) else None)
         return out
+
+
+def _nodes_after(graph: fx.Graph, last: fx.Node | None) -> list[fx.Node]:
+    node = next(iter(graph.nodes), None) if last is None else last.next
+    made = []
+    while node is not None and node.op != "root":
+        made.append(node)
+        node = node.next
+    return made
 
 
 def _draws(node: fx.Node) -> bool:
