@@ -7,9 +7,13 @@ import torch
 
 __all__ = [
     "DoublesInPlace",
+    "DoublesScaledInBackward",
+    "ExpWithOtherBackward",
     "Identity",
+    "PairWithOtherBackward",
     "ScaledBySaved",
     "ScalesBySavedThenDoublesIt",
+    "TimesConstant",
     "TriplesGradOutput",
     "ViewOf",
     "WithSign",
@@ -109,3 +113,61 @@ class WithSign(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, grad_sign):
         return grad * 3
+
+
+# Functions whose backward is not their forward's derivative (issue 16): eager's higher-order derivatives go
+# through the backward, so a recomputation of the forward's ops differentiates something else.
+
+
+class DoublesScaledInBackward(torch.autograd.Function):
+    """Doubles ``x``; its backward scales by the sum of the saved ``scale`` instead."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(scale)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        return grad * scale.sum(), None
+
+
+class ExpWithOtherBackward(torch.autograd.Function):
+    """``exp(x)``, saving its input and output (both with history); its backward is ``grad * y * cos(x)``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grad * y * x.cos()
+
+
+class TimesConstant(torch.autograd.Function):
+    """``x * k`` for a Python number ``k``; its backward scales by ``k + 1``."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * (ctx.k + 1), None
+
+
+class PairWithOtherBackward(torch.autograd.Function):
+    """Returns ``(2 * x, 3 * x)``; its backward is ``5 * grad_a + 7 * grad_b``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx, grad_a, grad_b):
+        return grad_a * 5 + grad_b * 7

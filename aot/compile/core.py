@@ -241,7 +241,7 @@ def _higher_order(
 ) -> HigherOrder:
     """How the pair's backward runs with grad mode on: as a function aotfx compiles on first use."""
     num_outputs = len(meta.output_info)
-    held = held_primals(forward_gm, num_outputs)
+    held = held_primals(forward_gm, backward_gm, num_outputs)
     placeholders = [node for node in forward_gm.graph.nodes if node.op == "placeholder"]
     written = frozenset(p for p in held if isinstance(desc := placeholders[p].meta.get(DESC), Primal) and desc.written)
     restrided = frozenset(p for p in held if _restrided_after_call(meta, placeholders[p]))

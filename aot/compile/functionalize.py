@@ -48,6 +48,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
+from aot.compile.function_outputs import mark_function_arguments
 from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
 from meta.errors import DynamicShapesUnsupportedError
@@ -420,6 +421,7 @@ class _Functionalizer:
         """Fill the new graph; returns the indices of the data-mutated placeholders."""
         for node in self.old.nodes:
             self.culprit = node
+            mark_function_arguments(node, self.read)  # the values an autograd.Function got, as it got them
             if node.op == "output":
                 return self.output(node)
             target = node.target
@@ -793,6 +795,9 @@ def functionalize(gm: fx.GraphModule, recompile: bool = True) -> fx.GraphModule:
         functionalizer = _Functionalizer(gm, analysis)
         mutated = functionalizer.run()
         gm.graph = functionalizer.graph
+    else:
+        for node in gm.graph.nodes:
+            mark_function_arguments(node, lambda value: value)  # (nothing written: each node holds one value)
     gm.graph.eliminate_dead_code()
     if recompile:
         gm.graph.lint()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextvars
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,8 @@ from torch._prims.rng_prims import run_and_save_rng_state
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aot.compile.descriptors import DESC, InputWrite, Saved
-from aot.compile.history_stops import DETACHED_READS
+from aot.compile.function_outputs import FUNCTION_ARGS, FUNCTION_OUTPUT, FunctionApply, emit_reapply
+from aot.compile.history_stops import DETACHED_READS, NO_HISTORY
 from aot.compile.partition import ancestors, is_random, output_values
 from aot.errors import DoubleBackwardError
 
@@ -122,16 +123,90 @@ def _integral(node: fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
-def _recomputed(forward: fx.GraphModule, num_outputs: int) -> tuple[list[Any], set[fx.Node], set[fx.Node]]:
-    """The saved values, those fed, and the forward's nodes the higher-order backward runs again."""
+@dataclass(frozen=True)
+class _Recomputation:
+    saved: list[Any]
+    fed: set[fx.Node]
+    needed: set[fx.Node]  # the forward's nodes the higher-order backward runs again
+    # Outputs of an autograd.Function among those: applied again to these arguments (nodes of the forward, or of
+    # the backward where the partitioner moved an argument's view there), not recomputed by the Function's ops.
+    reapplied: dict[fx.Node, list[fx.Node]]
+
+
+_Found = dict[FunctionApply, dict[int, list[fx.Node]]]
+
+
+def _applied_arguments(gm: fx.GraphModule) -> _Found:
+    found: _Found = {}
+    for node in gm.graph.nodes:
+        for apply, position in node.meta.get(FUNCTION_ARGS, ()):
+            found.setdefault(apply, {}).setdefault(position, []).append(node)
+    return found
+
+
+def _function_arguments(apply: FunctionApply, forward: _Found, backward: _Found) -> list[fx.Node] | None:
+    """The nodes of ``apply``'s tensor arguments, in order: the forward's, else the backward's (computed there from
+    saved values alone); None unless there is one node each."""
+    arguments = []
+    for position in apply.tensor_positions:
+        candidates = forward.get(apply, {}).get(position) or backward.get(apply, {}).get(position, [])
+        if len(candidates) != 1:
+            return None
+        arguments.append(candidates[0])
+    return arguments if apply.complete else None
+
+
+def _saved_sources(node: fx.Node, backward: fx.GraphModule, saved: list[Any]) -> list[fx.Node] | None:
+    """The forward's saved values a backward ``node`` is computed from; None if from a tangent too."""
+    placeholders = _placeholders(backward)
+    sources = []
+    for ancestor in ancestors([node]):
+        if ancestor.op == "placeholder":
+            k = placeholders.index(ancestor)
+            if k >= len(saved) or not isinstance(saved[k], fx.Node):
+                return None
+            sources.append(saved[k])
+    return sources
+
+
+def _recomputed(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int) -> _Recomputation:
+    """The saved values, those fed, and how the higher-order backward computes the others again.
+
+    Eager differentiates an autograd.Function's output through the Function's backward, not through the
+    ops of its forward (the first-order backward holds them both inlined): that output is recomputed by
+    applying the Function again, to its arguments (``aot.compile.function_outputs``). Where the graphs do
+    not hold one node of each argument (one nothing reads, dead), its forward's ops recompute it, as before:
+    right where the backward is the forward's derivative (tests/test_fuzz_higher_order.py's strict xfail)."""
     saved = _saved_nodes(forward, num_outputs)
     fed = _fed(forward, saved)
-    return saved, fed, ancestors([node for node in saved if node not in fed], stop=fed)
+    found_forward, found_backward = _applied_arguments(forward), _applied_arguments(backward)
+    needed: set[fx.Node] = set()
+    reapplied: dict[fx.Node, list[fx.Node]] = {}
+    stack = [node for node in saved if isinstance(node, fx.Node) and node not in fed]
+    while stack:
+        node = stack.pop()
+        if node in needed or node in fed:
+            continue
+        needed.add(node)
+        inputs = node.all_input_nodes
+        # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
+        # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
+        if FUNCTION_OUTPUT in node.meta and not node.meta.get(NO_HISTORY) and not node.meta[FUNCTION_OUTPUT][0].draws:
+            apply = node.meta[FUNCTION_OUTPUT][0]
+            arguments = _function_arguments(apply, found_forward, found_backward)
+            sources: list[fx.Node] | None = []
+            for argument in arguments or ():
+                more = _saved_sources(argument, backward, saved) if argument.graph is backward.graph else [argument]
+                sources = None if more is None or sources is None else [*sources, *more]
+            if arguments is not None and sources is not None:
+                reapplied[node], inputs = arguments, sources
+        stack.extend(inputs)
+    return _Recomputation(saved, fed, needed, reapplied)
 
 
-def held_primals(forward: fx.GraphModule, num_outputs: int) -> list[int]:
+def held_primals(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int) -> list[int]:
     """The primal positions the forward's saved values are computed from."""
-    needed = _recomputed(forward, num_outputs)[2]
+    needed = _recomputed(forward, backward, num_outputs).needed
     return [i for i, node in enumerate(_placeholders(forward)) if node in needed]
 
 
@@ -159,8 +234,9 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
             "Function's backward instead of writing in place."
         )
     primals = _placeholders(forward)
-    saved, fed, needed = _recomputed(forward, num_outputs)
-    held = held_primals(forward, num_outputs)
+    recomputation = _recomputed(forward, backward, num_outputs)
+    saved, fed, needed = recomputation.saved, recomputation.fed, recomputation.needed
+    held = [i for i, node in enumerate(primals) if node in needed]
     draw = next((node for node in forward.graph.nodes if node in needed and _draws(node)), None)
     if draw is not None:
         raise DoubleBackwardError(
@@ -178,9 +254,25 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     for k in fed_positions:
         env[saved[k]] = _placeholder(graph, saved[k], Saved(saved[k].name))
     detached: dict[fx.Node, fx.Node] = {}
-    _copy_nodes(graph, root, forward, needed, env, detached, "forward")
-
     backward_inputs = _placeholders(backward)
+
+    def argument(node: fx.Node) -> fx.Node:
+        """A reapplied Function's argument: a view the partitioner moved into the backward is copied from there."""
+        if node not in env:
+            sources = ancestors([node])
+            for k, placeholder in enumerate(backward_inputs):
+                if placeholder in sources:
+                    if saved[k] not in env:
+                        raise DoubleBackwardError(
+                            f"double backward through an aotfx-compiled function: an argument of an "
+                            f"autograd.Function ({node.name}) is computed from {saved[k].name} only after it"
+                        )
+                    env[placeholder] = env[saved[k]]
+            _copy_nodes(graph, root, backward, sources, env, detached, "backward")
+        return env[node]
+
+    _copy_nodes(graph, root, forward, needed, env, detached, "forward", recomputation.reapplied, argument)
+
     for k, node in enumerate(backward_inputs):
         if k < len(saved):
             value = saved[k]
@@ -192,6 +284,7 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
     _solve_with_matrix(graph)
+    _differentiable_forms(graph)
     graph.eliminate_dead_code()
     graph.lint()
     return HigherOrderPlan(fx.GraphModule(root, graph, "BackwardAsFunction"), held, fed_positions)
@@ -274,6 +367,36 @@ def _solve_with_matrix(graph: fx.Graph) -> None:
         graph.erase_node(node)
 
 
+def _copy_into_clone(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``aten.copy`` (functionalization's ``copy_``) as eager ran it: a write, here into a clone of ``dst``."""
+    out: torch.Tensor = _aten.clone.default(dst)
+    return out.copy_(src, non_blocking)
+
+
+def _as_strided_scatter_by_copy(
+    base: torch.Tensor, src: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None
+) -> torch.Tensor:
+    """``aten.as_strided_scatter`` as its kernel computes it, and eager's write through an as_strided view."""
+    out: torch.Tensor = _aten.clone.default(base)
+    out.as_strided(size, stride, storage_offset).copy_(src)
+    return out
+
+
+# Functional ops the graphs have where eager's backward wrote in place, which autograd never differentiates in
+# eager: torch has no derivative for ``copy`` and a wrong one for ``as_strided_scatter``'s base (the gradient of
+# the elements it keeps goes to those it overwrites). With grad mode on, they run as eager's writes did.
+_DIFFERENTIABLE_FORMS: dict[Any, Any] = {
+    _aten.copy.default: _copy_into_clone,
+    _aten.as_strided_scatter.default: _as_strided_scatter_by_copy,
+}
+
+
+def _differentiable_forms(graph: fx.Graph) -> None:
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in _DIFFERENTIABLE_FORMS:
+            node.target = _DIFFERENTIABLE_FORMS[node.target]
+
+
 def _placeholder(graph: fx.Graph, node: fx.Node, desc: Any = None) -> fx.Node:
     placeholder = graph.placeholder(node.name)
     placeholder.meta = dict(node.meta)
@@ -290,11 +413,23 @@ def _copy_nodes(
     env: dict[fx.Node, fx.Node],
     detached: dict[fx.Node, fx.Node],
     side: str,
+    reapplied: dict[fx.Node, list[fx.Node]] | None = None,
+    argument: Callable[[fx.Node], fx.Node] | None = None,
 ) -> None:
     """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side. ``detached``:
-    the values read through ``detach()`` so far, and their detached copies."""
+    the values read through ``detach()`` so far, and their detached copies. ``reapplied``: outputs of an
+    autograd.Function computed by applying it again to the arguments given (once per application)."""
+    applied: dict[FunctionApply, fx.Node] = {}
     for node in gm.graph.nodes:
         if node not in nodes or node in env or node.op in ("placeholder", "output"):
+            continue
+        if reapplied is not None and node in reapplied:
+            apply, index = node.meta[FUNCTION_OUTPUT]
+            if apply not in applied:
+                assert argument is not None
+                applied[apply] = emit_reapply(graph, apply, [argument(value) for value in reapplied[node]])
+            call = applied[apply]
+            env[node] = call if index is None else graph.call_function(operator.getitem, (call, index))
             continue
         copied = graph.node_copy(node, lambda arg: env[arg])
         _detach_reads(graph, copied, copied.meta.pop(DETACHED_READS, frozenset()), detached)

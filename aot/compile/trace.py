@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
+from aot.compile.function_outputs import FUNCTION_ARGS, FunctionOutputs
 from aot.compile.functionalize import functionalize
 from aot.compile.history_stops import HistoryStops, NoGradViewEdges, note_detached_reads
 from aot.compile.partition import output_values
@@ -239,6 +240,7 @@ def _trace_joint_once(
         with collecting_stand_ins() as stand_ins:
             as_called = [leaf_standing_for(p) if i in ungraded else p for i, p in enumerate(primal_args)]
             with (
+                FunctionOutputs(),  # the first mode pushed: it sees the arguments the other modes hand apply
                 torch.set_grad_enabled(grad_mode),
                 _flag_sets_as_eager(),
                 _geometry_changes(meta, fresh_views, as_called),
@@ -748,6 +750,9 @@ def _finish(
     note_detached_reads(graph)
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+            if FUNCTION_ARGS in node.meta:  # (the Function applied again reads it without history: it knows)
+                source = node.args[0]
+                source.meta[FUNCTION_ARGS] = (*source.meta.get(FUNCTION_ARGS, ()), *node.meta[FUNCTION_ARGS])
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
     if copied:
