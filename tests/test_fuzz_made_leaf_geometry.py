@@ -291,28 +291,43 @@ PROGRAMS["s24_1037_contiguous"] = (_s24_1037, _contiguous)
 PROGRAMS["s24_829_transposed"] = (_s24_829, _transposed)
 
 
-# A leaf that is a view, used in grad mode (its gradient accumulator made in that geometry), then unsqueeze_() under
-# no_grad: eager's gradient keeps the first geometry's shape; the compiled one has the final shape (also unwritten,
-# without any view returned: a class of its own, the leaf-view counterpart of tests/test_fuzz_leaf.py's).
+# A view taken in the enable_grad region of an input changed before it, made a leaf in it: its history reaches the
+# leaf whatever grad mode reads it (the caller's no_grad), a view of that view's too.
+_REGION_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "select": lambda a: a[0],
+    "view_of_view": lambda a: a[1:][:1],
+}
+
+
+def _changed_before_region_view_of_it(change: Callable[[torch.Tensor], Any], view: Any) -> Any:
+    def f(a0):
+        change(a0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            v = view(a0)
+        return (v, a0 * 2)
+
+    return f
+
+
+for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
+    for _view_name, _view in _REGION_VIEWS.items():
+        for _make in (_transposed, _contiguous):
+            PROGRAMS[f"changed_before_region_{_view_name}_in_it_{_change_name}{_make.__name__}"] = (
+                _changed_before_region_view_of_it(_CHANGES[_change_name], _view),
+                _make,
+            )
+
+
 KNOWN_WRONG = {
-    # meta.collect, under the caller's no_grad, records the view taken in the enable_grad region of an input that
-    # is a view, transposed under no_grad then made a leaf, as requiring no grad (grad_enabled=False on its chain,
-    # a leaf); eager's requires grad (SliceBackward0 to the leaf).
-    ("changed_before_region_view_in_it_transposed", "no_grad"): (
-        "meta.collect under the caller's no_grad: a view taken in an enable_grad region of a restrided leaf view "
-        "collected as requiring no grad"
-    ),
-    ("leaf_view_returned_views_unsqueeze_", "training"): (
-        "a leaf view's gradient accumulator made before unsqueeze_() under no_grad: eager's grad keeps the old shape"
-    ),
     # Passed on its branch; fails since merged with main's restrided-leaf and accumulator changes.
     **{
         (f"leaf_view_returned_views_{change}", "training"): (
-            "a caller's leaf view written through detach(), then as_strided_() under no_grad, then used: eager's "
-            "accumulator keeps the leaf view's called shape and its backward refuses the gradient; the compiled "
-            "backward runs"
+            "a caller's leaf view written through detach(), then restrided under no_grad, then used: eager's "
+            "accumulator keeps the leaf view's called shape (its gradient summed to it, or refused by the backward); "
+            "the compiled accumulator has the final shape"
         )
-        for change in ("as_strided_shrinks", "as_strided_at_offset")
+        for change in ("unsqueeze_", "as_strided_shrinks", "as_strided_at_offset")
     },
 }
 
