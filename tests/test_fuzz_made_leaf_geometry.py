@@ -319,17 +319,50 @@ for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
             )
 
 
-KNOWN_WRONG = {
-    # Passed on its branch; fails since merged with main's restrided-leaf and accumulator changes.
-    **{
-        (f"leaf_view_returned_views_{change}", "training"): (
-            "a caller's leaf view written through detach(), then restrided under no_grad, then used: eager's "
-            "accumulator keeps the leaf view's called shape (its gradient summed to it, or refused by the backward); "
-            "the compiled accumulator has the final shape"
-        )
-        for change in ("unsqueeze_", "as_strided_shrinks", "as_strided_at_offset")
-    },
+# A caller's leaf view used in grad mode (its gradient accumulator made in that geometry), then restrided under
+# no_grad and used again: eager's accumulator keeps the first geometry, to which later uses' gradients are summed
+# (unsqueeze_) or by which refused in the backward (a shape no sum reaches).
+def _leaf_rows_at_offset() -> tuple[torch.Tensor]:
+    return (torch.randn(4, 3, generator=_gen())[1:].requires_grad_(),)
+
+
+def _leaf_strided_columns() -> tuple[torch.Tensor]:
+    return (torch.randn(3, 8, generator=_gen())[:, ::2].requires_grad_(),)
+
+
+_GRAD_USES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "view": lambda a: a[1:],
+    "op": lambda a: a.sin(),
+    "view_op": lambda a: a[:1].cos(),
 }
+
+
+def _leaf_view_used_then_changed(change: Callable[[torch.Tensor], Any], use: Any, write: Any) -> Any:
+    def f(a0):
+        if write is not None:
+            write(a0)
+        u = use(a0)
+        with torch.no_grad():
+            change(a0)
+        return (u, a0 * 2)
+
+    return f
+
+
+for _change_name, _make in (
+    ("unsqueeze_", _leaf_rows_at_offset),
+    ("as_strided_shrinks", _leaf_strided_columns),
+    ("swapdims_", _leaf_strided_columns),  # (4, 3): refused, as (2,) and (2, 2) are
+):
+    for _use_name, _use in _GRAD_USES.items():
+        for _write_name, _write in (("unwritten", None), ("data", _write_data)):
+            PROGRAMS[f"leaf_view_{_use_name}_then_{_change_name}_{_write_name}"] = (
+                _leaf_view_used_then_changed(_CHANGES[_change_name], _use, _write),
+                _make,
+            )
+
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))
