@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.functions import TriplesGradOutput
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -357,6 +358,25 @@ for _change_name, _make in (
     for _use_name, _use in _GRAD_USES.items():
         for _write_name, _write in (("unwritten", None), ("data", _write_data)):
             PROGRAMS[f"leaf_view_{_use_name}_then_{_change_name}_{_write_name}"] = (
+                _leaf_view_used_then_changed(_CHANGES[_change_name], _use, _write),
+                _make,
+            )
+# Written first where autograd records nothing, through its own counter (detach(), copy_ under no_grad): the uses
+# before the change reach the leaf view itself, which the stand-in the function got (a view of its base to autograd,
+# its history taken again from there once written) lost, gradient None.
+_GRAD_USES_NOT_SAVING: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "mul": lambda a: a * 3,
+    "function": lambda a: TriplesGradOutput.apply(a),
+    "view_mul": lambda a: a[:1] * 3,
+}
+for _change_name, _make in (
+    ("t_", _leaf_view),
+    ("unsqueeze_", _leaf_rows_at_offset),
+    ("unsqueeze_", _leaf_strided_columns),
+):
+    for _use_name, _use in _GRAD_USES_NOT_SAVING.items():
+        for _write_name, _write in (("detach", _write_detach_in_place), ("copy_no_grad", _write_copy_no_grad)):
+            PROGRAMS[f"leaf_view_written_{_write_name}_{_use_name}_then_{_change_name}{_make.__name__}"] = (
                 _leaf_view_used_then_changed(_CHANGES[_change_name], _use, _write),
                 _make,
             )
