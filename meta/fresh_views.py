@@ -233,9 +233,10 @@ class FreshViews(TorchFunctionMode):
                 return Unconnected.apply(torch.empty(0, requires_grad=True), memory)  # type: ignore[no-any-return,no-untyped-call]
         anchored = self._anchored.get(id(tensor))
         if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
-            # A view requiring grad has its history to the anchor in any grad mode it is read in (the caller's
-            # no_grad after an enable_grad region): taken again as it was taken, not under the mode of the read.
-            with torch.set_grad_enabled(torch.is_grad_enabled() or tensor.requires_grad):
+            # Taken again as it was taken, not under the grad mode of the read: a view requiring grad has its history
+            # to the anchor whatever mode reads it (the caller's no_grad after an enable_grad region), and one taken
+            # under no_grad (a view of the leaf view's base, which needs none) none in grad mode.
+            with torch.set_grad_enabled(tensor.requires_grad):
                 fresh = _reinterpreted(anchored[1], tensor.dtype, geometry_of(tensor))
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)

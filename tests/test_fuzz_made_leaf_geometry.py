@@ -311,6 +311,29 @@ def _changed_before_region_view_of_it(change: Callable[[torch.Tensor], Any], vie
     return f
 
 
+# Made a leaf in the region, its view taken after it: under no_grad (eager's is a view of the leaf view's base, which
+# needs no grad, in any grad mode it is read in), or in a second region (with a view of it).
+def _made_leaf_in_region_view_after(change: Callable[[torch.Tensor], Any], where: str) -> Any:
+    def f(a0):
+        change(a0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            y = a0 * 2
+        with torch.no_grad() if where == "no_grad" else torch.enable_grad():
+            v = a0[1:]
+            w = v[:1]
+        return (y, v, w)
+
+    return f
+
+
+for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
+    for _where in ("no_grad", "enable_grad"):
+        for _make in (_transposed, _rows_at_offset):
+            PROGRAMS[f"made_leaf_in_region_view_after_{_where}_{_change_name}{_make.__name__}"] = (
+                _made_leaf_in_region_view_after(_CHANGES[_change_name], _where),
+                _make,
+            )
 for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
     for _view_name, _view in _REGION_VIEWS.items():
         for _make in (_transposed, _contiguous):
