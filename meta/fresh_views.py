@@ -233,7 +233,11 @@ class FreshViews(TorchFunctionMode):
                 return Unconnected.apply(torch.empty(0, requires_grad=True), memory)  # type: ignore[no-any-return,no-untyped-call]
         anchored = self._anchored.get(id(tensor))
         if anchored is not None and anchored[0] is tensor and _reinterpretable(anchored[1].dtype, tensor.dtype):
-            fresh = _reinterpreted(anchored[1], tensor.dtype, geometry_of(tensor))
+            # Taken again as it was taken, not under the grad mode of the read: a view requiring grad has its history
+            # to the anchor whatever mode reads it (the caller's no_grad after an enable_grad region), and one taken
+            # under no_grad (a view of the leaf view's base, which needs none) none in grad mode.
+            with torch.set_grad_enabled(tensor.requires_grad):
+                fresh = _reinterpreted(anchored[1], tensor.dtype, geometry_of(tensor))
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh
@@ -489,7 +493,10 @@ class FreshViews(TorchFunctionMode):
         taken after)."""
         if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out is first:
             return
-        if id(first) in self._changed_bases and out._base is first:
+        # (Or from such a view, while its record is current: ``a[1:][:1]`` records two slices, not a stale one.)
+        taken_after = self._taken_after.get(id(first))
+        current = taken_after is not None and taken_after[0] is first and taken_after[1] == first._version
+        if (id(first) in self._changed_bases and out._base is first) or (current and out._base is first._base):
             self._taken_after[id(out)] = (out, out._version)
         of_changed = self._of_changed_views.get(id(first))
         changed_view = self._changed.get(id(first)) is first or (of_changed is not None and of_changed[0] is first)

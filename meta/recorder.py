@@ -363,7 +363,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         for value in values:
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                    root = view_root(tensor)
+                    # (A leaf input that is a view, made a leaf by the caller's requires_grad_() on a view of a base
+                    # requiring none, is the leaf itself: its accumulator is its own, not its base's.)
+                    root = tensor if id(tensor) in self._grad_leaves else view_root(tensor)
                     if id(root) in self._grad_leaves and root.requires_grad:
                         if id(root) not in self._accumulating and not any(
                             w.metadata_only and w.tensor is root for w in self.writes

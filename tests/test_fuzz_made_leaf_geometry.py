@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.functions import TriplesGradOutput
 from tests.oracle import check_in_mode, mode_params
 
 
@@ -291,30 +292,120 @@ PROGRAMS["s24_1037_contiguous"] = (_s24_1037, _contiguous)
 PROGRAMS["s24_829_transposed"] = (_s24_829, _transposed)
 
 
-# A leaf that is a view, used in grad mode (its gradient accumulator made in that geometry), then unsqueeze_() under
-# no_grad: eager's gradient keeps the first geometry's shape; the compiled one has the final shape (also unwritten,
-# without any view returned: a class of its own, the leaf-view counterpart of tests/test_fuzz_leaf.py's).
-KNOWN_WRONG = {
-    # meta.collect, under the caller's no_grad, records the view taken in the enable_grad region of an input that
-    # is a view, transposed under no_grad then made a leaf, as requiring no grad (grad_enabled=False on its chain,
-    # a leaf); eager's requires grad (SliceBackward0 to the leaf).
-    ("changed_before_region_view_in_it_transposed", "no_grad"): (
-        "meta.collect under the caller's no_grad: a view taken in an enable_grad region of a restrided leaf view "
-        "collected as requiring no grad"
-    ),
-    ("leaf_view_returned_views_unsqueeze_", "training"): (
-        "a leaf view's gradient accumulator made before unsqueeze_() under no_grad: eager's grad keeps the old shape"
-    ),
-    # Passed on its branch; fails since merged with main's restrided-leaf and accumulator changes.
-    **{
-        (f"leaf_view_returned_views_{change}", "training"): (
-            "a caller's leaf view written through detach(), then as_strided_() under no_grad, then used: eager's "
-            "accumulator keeps the leaf view's called shape and its backward refuses the gradient; the compiled "
-            "backward runs"
-        )
-        for change in ("as_strided_shrinks", "as_strided_at_offset")
-    },
+# A view taken in the enable_grad region of an input changed before it, made a leaf in it: its history reaches the
+# leaf whatever grad mode reads it (the caller's no_grad), a view of that view's too.
+_REGION_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "select": lambda a: a[0],
+    "view_of_view": lambda a: a[1:][:1],
 }
+
+
+def _changed_before_region_view_of_it(change: Callable[[torch.Tensor], Any], view: Any) -> Any:
+    def f(a0):
+        change(a0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            v = view(a0)
+        return (v, a0 * 2)
+
+    return f
+
+
+# Made a leaf in the region, its view taken after it: under no_grad (eager's is a view of the leaf view's base, which
+# needs no grad, in any grad mode it is read in), or in a second region (with a view of it).
+def _made_leaf_in_region_view_after(change: Callable[[torch.Tensor], Any], where: str) -> Any:
+    def f(a0):
+        change(a0)
+        with torch.enable_grad():
+            a0.requires_grad_()
+            y = a0 * 2
+        with torch.no_grad() if where == "no_grad" else torch.enable_grad():
+            v = a0[1:]
+            w = v[:1]
+        return (y, v, w)
+
+    return f
+
+
+for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
+    for _where in ("no_grad", "enable_grad"):
+        for _make in (_transposed, _rows_at_offset):
+            PROGRAMS[f"made_leaf_in_region_view_after_{_where}_{_change_name}{_make.__name__}"] = (
+                _made_leaf_in_region_view_after(_CHANGES[_change_name], _where),
+                _make,
+            )
+for _change_name in ("t_", "unsqueeze_", "as_strided_at_offset"):
+    for _view_name, _view in _REGION_VIEWS.items():
+        for _make in (_transposed, _contiguous):
+            PROGRAMS[f"changed_before_region_{_view_name}_in_it_{_change_name}{_make.__name__}"] = (
+                _changed_before_region_view_of_it(_CHANGES[_change_name], _view),
+                _make,
+            )
+
+
+# A caller's leaf view used in grad mode (its gradient accumulator made in that geometry), then restrided under
+# no_grad and used again: eager's accumulator keeps the first geometry, to which later uses' gradients are summed
+# (unsqueeze_) or by which refused in the backward (a shape no sum reaches).
+def _leaf_rows_at_offset() -> tuple[torch.Tensor]:
+    return (torch.randn(4, 3, generator=_gen())[1:].requires_grad_(),)
+
+
+def _leaf_strided_columns() -> tuple[torch.Tensor]:
+    return (torch.randn(3, 8, generator=_gen())[:, ::2].requires_grad_(),)
+
+
+_GRAD_USES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "view": lambda a: a[1:],
+    "op": lambda a: a.sin(),
+    "view_op": lambda a: a[:1].cos(),
+}
+
+
+def _leaf_view_used_then_changed(change: Callable[[torch.Tensor], Any], use: Any, write: Any) -> Any:
+    def f(a0):
+        if write is not None:
+            write(a0)
+        u = use(a0)
+        with torch.no_grad():
+            change(a0)
+        return (u, a0 * 2)
+
+    return f
+
+
+for _change_name, _make in (
+    ("unsqueeze_", _leaf_rows_at_offset),
+    ("as_strided_shrinks", _leaf_strided_columns),
+    ("swapdims_", _leaf_strided_columns),  # (4, 3): refused, as (2,) and (2, 2) are
+):
+    for _use_name, _use in _GRAD_USES.items():
+        for _write_name, _write in (("unwritten", None), ("data", _write_data)):
+            PROGRAMS[f"leaf_view_{_use_name}_then_{_change_name}_{_write_name}"] = (
+                _leaf_view_used_then_changed(_CHANGES[_change_name], _use, _write),
+                _make,
+            )
+# Written first where autograd records nothing, through its own counter (detach(), copy_ under no_grad): the uses
+# before the change reach the leaf view itself, which the stand-in the function got (a view of its base to autograd,
+# its history taken again from there once written) lost, gradient None.
+_GRAD_USES_NOT_SAVING: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "mul": lambda a: a * 3,
+    "function": lambda a: TriplesGradOutput.apply(a),
+    "view_mul": lambda a: a[:1] * 3,
+}
+for _change_name, _make in (
+    ("t_", _leaf_view),
+    ("unsqueeze_", _leaf_rows_at_offset),
+    ("unsqueeze_", _leaf_strided_columns),
+):
+    for _use_name, _use in _GRAD_USES_NOT_SAVING.items():
+        for _write_name, _write in (("detach", _write_detach_in_place), ("copy_no_grad", _write_copy_no_grad)):
+            PROGRAMS[f"leaf_view_written_{_write_name}_{_use_name}_then_{_change_name}{_make.__name__}"] = (
+                _leaf_view_used_then_changed(_CHANGES[_change_name], _use, _write),
+                _make,
+            )
+
+
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(("name", "mode"), mode_params(PROGRAMS, KNOWN_WRONG))

@@ -231,6 +231,10 @@ class MetadataMutation:
         self._moved = moved
         # Leaves: later uses reach the input itself, element by element (its shape stays).
         moved_leaves = tuple(i for i in mutated if meta.input_info[i].moves_history and meta.input_info[i].is_leaf)
+        # Of those, leaves that are views (``requires_grad_()`` on a view of a base requiring none): the function gets
+        # an alias that is no view, as eager's input is the leaf itself; a view of it (``aten.alias``) is one of that
+        # base to autograd, which, once a write moves the counter, takes its history again from there (none).
+        moved_leaf_views = frozenset(i for i in moved_leaves if i in self._views_at_call)
         # Of those, leaves moved to another shape: eager's gradients of later uses have it, which the compiled
         # function's gradient for the input has only where the input has it when the call starts. So the
         # caller's tensor is moved first (onto memory of its own, in its final geometry), and the function
@@ -262,7 +266,7 @@ class MetadataMutation:
             for arg_idx in mutated:
                 working[arg_idx] = (
                     history_alias(args[arg_idx])
-                    if arg_idx in set_with_history
+                    if arg_idx in set_with_history or arg_idx in moved_leaf_views
                     else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
             for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
