@@ -584,12 +584,16 @@ def _grown_intermediate_storages(recorder: ViewRecorder, outs: Sequence[torch.Te
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int, dtype: Any = None) -> torch.Tensor:
     """A new tensor ``set_()`` onto ``tensor``'s memory with this geometry, as eager's was: no view;
-    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative). A geometry
+    under grad mode (where eager's requires grad), with set_'s history (it has no derivative). A geometry
     in ``dtype``'s elements (the tensor set_() onto a view of another dtype) is taken on its memory in it."""
     if dtype is not None and dtype != tensor.dtype:
         tensor = whole_storage_in(tensor, dtype)
     source = tensor.as_strided(size, stride, offset)
     plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    if torch.is_grad_enabled():
+        # Eager's set_() leaves set_'s history where the tensor moved required grad itself, onto a source
+        # requiring none too (``(a * 2).set_(b)``): a fresh one requiring grad (no leaf, which set_() refuses).
+        plain = plain.requires_grad_().clone()
     plain.set_(source)  # type: ignore[call-overload]
     return plain
 
