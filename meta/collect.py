@@ -73,6 +73,7 @@ from meta.view_and_mutation import (
 __all__ = ["collect_meta", "raised_by_eager_backward"]
 # Keys of the steps taking a grown storage's root tensor again (above every traced step's ``clock * 1024``).
 _GROWN_ROOT_KEY = 2**50
+_SET_ONTO_KEY = 2**51  # (and those of tensors set_() onto an input's memory, replayed as no views)
 
 
 @contextlib.contextmanager
@@ -313,6 +314,14 @@ def collect_meta(
     chain_keys = [{step.key for step in recorder.chain_to_root(o, lambda t: id(t) in input_position)[1]} for o in outs]
     base_of_storage: dict[int, IntermediateBase] = {}
     grown_roots: dict[int, int] = {}  # id(root tensor on a grown storage) -> its number
+    # Tensors the function set_() onto an input's memory, no views, replayed as such: their step, by id. One key
+    # per tensor: an output and the views of it returned share the replayed object (their _base), in any order.
+    set_onto_steps: dict[int, ViewStep] = {}
+    moved_roots: dict[int, int] = {}
+
+    def set_onto_key(tensor: torch.Tensor) -> int:
+        return _SET_ONTO_KEY + moved_roots.setdefault(id(tensor), len(moved_roots))
+
     for out_idx, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"output {out_idx}: the flat function must return tensors, got {type(out).__name__}")
@@ -402,19 +411,43 @@ def collect_meta(
                 if out._base is None:
                     # A tensor set_() moved onto the input's memory: no view of it; under grad mode eager's
                     # set_ leaves a history that cannot be differentiated, as the replay's does.
-                    step = dataclasses.replace(step, op=_set_onto, grad_enabled=out.requires_grad)
-                    if out.dtype != flat_args[base].dtype:  # (``t.set_(complex_input.real)``)
-                        step = dataclasses.replace(step, kwargs=(("dtype", out.dtype),))
+                    step = _set_onto_step(out, flat_args[base].dtype, set_onto_key(out))
                     if out.requires_grad and not _history_of_set(out):
                         # set_() under no_grad kept the tensor's own history: the graph computes it, the
                         # epilogue puts it on a tensor set_() onto the caller's input.
-                        step = dataclasses.replace(step, grad_enabled=False)
+                        step = dataclasses.replace(step, grad_enabled=False, key=-1)
                         alias = ComputedAlias(base, (step,), in_place=True)
                         output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
                         continue
+                    set_onto_steps[id(out)] = step
                 output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=(step,)))
             else:
                 output_info.append(info(OutputType.NON_ALIAS))
+            continue
+        holder = out._base  # (the tensor eager's view is of, a tensor set_() onto an input's memory maybe)
+        holder_step = set_onto_steps.get(id(holder)) if holder is not None else None
+        if holder is not None and holder_step is None and id(holder) not in input_position and holder._base is None:
+            # (One returned later or not at all, taken as the branch above takes it; moved, in the view's chain.)
+            on_input = storage_key(holder) in input_storage and any(step.op in SET_TWINS for step in chain)
+            # (Not an input's alias other outputs viewed before it moved: the branch above replays it moved.)
+            holder_root, holder_chain, _ = recorder.chain_to_root(holder, lambda t: id(t) in input_position)
+            holder_idx = first_position.get(id(holder), out_idx)
+            viewed_before = id(holder_root) in input_position and _viewed_before_move(
+                holder_chain, holder_idx, chain_keys
+            )
+            if on_input and not viewed_before and (not holder.requires_grad or _history_of_set(holder)):
+                base_dtype = flat_args[input_storage[storage_key(holder)]].dtype
+                holder_step = _set_onto_step(holder, base_dtype, set_onto_key(holder))
+        views_after = None
+        if holder is not None and holder_step is not None:
+            views_after = _views_of_moved(recorder, out, holder, fake_mode)
+        if holder is not None and holder_step is not None and views_after is not None:
+            # A view of a tensor set_() onto an input's memory, taken after it moved: a view of the input, as that
+            # tensor is, through the same object (its _base), not of an intermediate (which the graph computes).
+            set_onto_steps[id(holder)] = holder_step
+            base = input_storage[storage_key(holder)]
+            views_after = (holder_step, *views_after)
+            output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=views_after))
             continue
         by_function = recorder.made_by_custom_function(out, len(chain))
         untracked = id(root) in made_to_require_grad
@@ -584,12 +617,16 @@ def _grown_intermediate_storages(recorder: ViewRecorder, outs: Sequence[torch.Te
 
 def _set_onto(tensor: torch.Tensor, size: Any, stride: Any, offset: int, dtype: Any = None) -> torch.Tensor:
     """A new tensor ``set_()`` onto ``tensor``'s memory with this geometry, as eager's was: no view;
-    under grad mode, from a tensor requiring grad, with set_'s history (it has no derivative). A geometry
+    under grad mode (where eager's requires grad), with set_'s history (it has no derivative). A geometry
     in ``dtype``'s elements (the tensor set_() onto a view of another dtype) is taken on its memory in it."""
     if dtype is not None and dtype != tensor.dtype:
         tensor = whole_storage_in(tensor, dtype)
     source = tensor.as_strided(size, stride, offset)
     plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    if torch.is_grad_enabled():
+        # Eager's set_() leaves set_'s history where the tensor moved required grad itself, onto a source
+        # requiring none too (``(a * 2).set_(b)``): a fresh one requiring grad (no leaf, which set_() refuses).
+        plain = plain.requires_grad_().clone()
     plain.set_(source)  # type: ignore[call-overload]
     return plain
 
@@ -946,6 +983,35 @@ def _sources_as_offsets(
         geometry = (tuple(source.shape), tuple(source.stride()), delta)
         steps[i] = dataclasses.replace(step, op=set_within, args=geometry, kwargs=())
     return tuple(steps)
+
+
+def _set_onto_step(tensor: torch.Tensor, base_dtype: torch.dtype, key: int) -> ViewStep:
+    """The step replaying ``tensor``, no view, set_() onto the memory of an input of ``base_dtype``: a new tensor
+    there in its geometry; under grad mode where ``tensor`` requires grad (set_'s history, see ``_set_onto``)."""
+    step = ViewStep(_set_onto, (tensor.shape, tensor.stride(), tensor.storage_offset()), key=key)
+    step = dataclasses.replace(step, grad_enabled=tensor.requires_grad)
+    if tensor.dtype != base_dtype:  # (``t.set_(complex_input.real)``)
+        step = dataclasses.replace(step, kwargs=(("dtype", tensor.dtype),))
+    return step
+
+
+def _views_of_moved(
+    recorder: ViewRecorder, out: torch.Tensor, holder: torch.Tensor, fake_mode: FakeTensorMode
+) -> tuple[ViewStep, ...] | None:
+    """The steps taking ``holder`` to ``out``, if they are views (no in-place change) which, replayed from
+    ``holder`` as it ends, give ``out``'s memory and geometry (no later move of ``holder`` changed where they
+    start); else None."""
+    views = recorder.chain_to_root(out, lambda t: t is holder)[1]
+    if not views or any(step.in_place for step in views):
+        return None
+    try:
+        with fake_mode, torch.no_grad():
+            replayed = replay_views(holder, views)
+    except Exception:  # (a step no longer applies to the final geometry)
+        return None
+    if storage_key(replayed) != storage_key(out) or geometry_of(replayed) != geometry_of(out):
+        return None
+    return views
 
 
 def _viewed_before_move(chain: tuple[ViewStep, ...], out_idx: int, chain_keys: Sequence[set[int]]) -> bool:

@@ -706,3 +706,236 @@ MOVED_THEN_LEAF = {
 @pytest.mark.parametrize("name", sorted(MOVED_THEN_LEAF))
 def test_made_tensor_set_onto_input_then_made_leaf(name, mode):
     check_in_mode(*MOVED_THEN_LEAF[name], mode)
+
+
+# Seed 28, program 1600: a tensor requiring grad (made from an input requiring grad) set_() in grad mode onto the
+# memory of an input requiring none, and returned. Eager's keeps requiring grad, with set_'s history, on the input's
+# memory; the replay set_() a fresh tensor requiring none, which the epilogue then made require grad by ``* 1``, off
+# the input's memory. (With the input duplicated, or an input requiring grad as the source, it passed.)
+def _flipped_set_onto_moved_input_then_transposed(a0, a1):
+    v1 = a1.flip(0)
+    a1.set_(a0)
+    v1.set_(a1.detach())
+    with torch.enable_grad():
+        a1.transpose_(0, -1)
+    return (v1,)
+
+
+def _flipped_set_onto_moved_input(a0, a1):
+    v1 = a1.flip(0)
+    a1.set_(a0)
+    v1.set_(a1.detach())
+    return (v1,)
+
+
+def _flipped_set_onto_moved_input_plain(a0, a1):
+    v1 = a1.flip(0)
+    a1.set_(a0)
+    v1.set_(a1)
+    with torch.enable_grad():
+        a1.transpose_(0, -1)
+    return (v1,)
+
+
+def _doubled_set_onto(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    return (v1,)
+
+
+def _doubled_set_onto_detached(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0.detach())
+    return (v1,)
+
+
+def _doubled_set_onto_slice(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0[1:])
+    return v1, a0
+
+
+def _doubled_set_onto_storage(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0.untyped_storage(), a0.storage_offset(), a0.shape, a0.stride())
+    return (v1,)
+
+
+def _doubled_set_onto_under_enable_grad(a0, a1):
+    with torch.enable_grad():
+        v1 = a1 * 2
+        v1.set_(a0)
+    return (v1,)
+
+
+def _doubled_set_onto_under_no_grad(a0, a1):
+    v1 = a1 * 2
+    with torch.no_grad():
+        v1.set_(a0)
+    return (v1,)
+
+
+def _doubled_set_onto_then_transposed(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    v1.transpose_(0, 1)
+    return (v1,)
+
+
+def _plain_and_requiring_grad():
+    g = _gen()
+    return torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g).requires_grad_() * 1
+
+
+def _inference_view_and_requiring_grad():  # (the fuzzer's second call)
+    g = _gen()
+    requiring = torch.randn(2, 3, 4, generator=g).requires_grad_() * 1
+    with torch.inference_mode():
+        memory = torch.randn(48, generator=g)
+    return memory[:24].view(2, 3, 4), requiring
+
+
+def _duplicated_non_leaf():
+    requiring = torch.randn(2, 3, 4, generator=_gen()).requires_grad_() * 1
+    return requiring, requiring
+
+
+def _duplicated_leaf():
+    leaf = torch.randn(2, 3, 4, generator=_gen()).requires_grad_()
+    return leaf, leaf
+
+
+def _two_views_one_made_leaf():  # two views of one base needing no grad, one made a leaf requiring grad
+    base = torch.randn(2, 3, 4, generator=_gen())
+    return base[0], base[1].requires_grad_()
+
+
+def _two_views_of_base_requiring_grad():
+    base = torch.randn(2, 3, 4, generator=_gen()).requires_grad_() * 1
+    return base[0], base[1]
+
+
+SET_ONTO_MEMORY_NEEDING_NO_GRAD = {
+    f"{program}_{args}": (fn, make_args)
+    for program, fn in {
+        "flipped_set_onto_moved_input_then_transposed": _flipped_set_onto_moved_input_then_transposed,
+        "flipped_set_onto_moved_input": _flipped_set_onto_moved_input,
+        "flipped_set_onto_moved_input_plain": _flipped_set_onto_moved_input_plain,
+        "doubled_set_onto": _doubled_set_onto,
+        "doubled_set_onto_detached": _doubled_set_onto_detached,
+        "doubled_set_onto_slice": _doubled_set_onto_slice,
+        "doubled_set_onto_storage": _doubled_set_onto_storage,
+        "doubled_set_onto_under_enable_grad": _doubled_set_onto_under_enable_grad,
+        "doubled_set_onto_under_no_grad": _doubled_set_onto_under_no_grad,
+        "doubled_set_onto_then_transposed": _doubled_set_onto_then_transposed,
+    }.items()
+    for args, make_args in {
+        "distinct": _plain_and_requiring_grad,
+        "inference_view": _inference_view_and_requiring_grad,
+        "duplicated": _duplicated_non_leaf,
+        "duplicated_leaf": _duplicated_leaf,
+        "two_views": _two_views_one_made_leaf,
+        "two_views_requiring_grad": _two_views_of_base_requiring_grad,
+    }.items()
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(SET_ONTO_MEMORY_NEEDING_NO_GRAD))
+def test_set_onto_memory_needing_no_grad(name, mode):
+    check_in_mode(*SET_ONTO_MEMORY_NEEDING_NO_GRAD[name], mode)
+
+
+# Seed 28's 1600 with a view of the moved tensor returned too: eager's view sits on the input's memory, its _base the
+# moved tensor (returned or not). It was taken for a view of an intermediate, replayed from the graph's value of it:
+# the meta refused itself (its base output an alias), or autograd refused the in-place replay on the graph's output.
+def _doubled_set_onto_then_viewed(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    return v1, v1[0]
+
+
+def _doubled_set_onto_view_first(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    return v1[0], v1
+
+
+def _doubled_set_onto_view_only(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    return (v1[0],)
+
+
+def _doubled_set_onto_transposed_then_viewed(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    v1.transpose_(0, 1)
+    return v1, v1[0]
+
+
+def _doubled_set_onto_detached_two_views(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0.detach())
+    return v1, v1[0], v1[1:].transpose(0, 1)
+
+
+def _zeros_set_onto_then_viewed(a0, a1):
+    v1 = torch.zeros(2, 3, 4)
+    v1.set_(a0)
+    return v1, v1.view(-1)
+
+
+def _flipped_set_onto_moved_input_then_viewed(a0, a1):
+    v1 = a1.flip(0)
+    a1.set_(a0)
+    v1.set_(a1.detach())
+    with torch.enable_grad():
+        a1.transpose_(0, -1)
+    return v1, v1[0]
+
+
+VIEWS_OF_TENSOR_SET_ONTO_INPUT = {
+    f"{program}_{args}": (fn, make_args)
+    for program, fn in {
+        "doubled_set_onto_then_viewed": _doubled_set_onto_then_viewed,
+        "doubled_set_onto_view_first": _doubled_set_onto_view_first,
+        "doubled_set_onto_view_only": _doubled_set_onto_view_only,
+        "doubled_set_onto_transposed_then_viewed": _doubled_set_onto_transposed_then_viewed,
+        "doubled_set_onto_detached_two_views": _doubled_set_onto_detached_two_views,
+        "zeros_set_onto_then_viewed": _zeros_set_onto_then_viewed,
+        "flipped_set_onto_moved_input_then_viewed": _flipped_set_onto_moved_input_then_viewed,
+    }.items()
+    for args, make_args in {
+        "distinct": _plain_and_requiring_grad,
+        "inference_view": _inference_view_and_requiring_grad,
+        "duplicated": _duplicated_non_leaf,
+        "two_views": _two_views_one_made_leaf,
+    }.items()
+    if not (program == "zeros_set_onto_then_viewed" and args == "two_views")  # (a 3-d tensor onto a 2-d view)
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEWS_OF_TENSOR_SET_ONTO_INPUT))
+def test_views_of_tensor_set_onto_input(name, mode):
+    check_in_mode(*VIEWS_OF_TENSOR_SET_ONTO_INPUT[name], mode)
+
+
+# A view taken between two moves: eager's keeps the geometry the tensor had then, its _base the tensor moved since.
+# Still taken for a view of an intermediate, which the meta refuses (its base output an alias): an error, not a
+# wrong answer.
+def _doubled_set_onto_viewed_then_moved(a0, a1):
+    v1 = a1 * 2
+    v1.set_(a0)
+    w = v1[0]
+    v1.set_(a0[1:])
+    return v1, w
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad"])
+@pytest.mark.xfail(
+    strict=True, raises=ValueError, reason="a view of a tensor set_() onto an input, taken before a later set_()"
+)
+def test_view_of_tensor_set_onto_input_then_moved(mode):
+    check_in_mode(_doubled_set_onto_viewed_then_moved, _plain_and_requiring_grad, mode)
