@@ -181,7 +181,14 @@ class FreshViews(TorchFunctionMode):
         # view's history), so elements the old geometry does not span get no gradient. With the view's version
         # after the last of them: once its counter moves otherwise (a write, a change under no_grad), eager's
         # record is stale, and taken again from the base by strides in the view's geometry then.
-        self._recorded: dict[int, tuple[list[tuple[tuple[int, ...], tuple[int, ...], int]], int]] = {}
+        # With the tensor the view was taken from, if its record was current at the first of those changes (no
+        # write or change since it was taken): eager's record then is the view op's, relative to that tensor
+        # (elements past it get no gradient), not one taken from the base by strides.
+        self._recorded: dict[
+            int, tuple[list[tuple[tuple[int, ...], tuple[int, ...], int]], int, torch.Tensor | None]
+        ] = {}
+        # Views (by id) with the tensor each was taken from and the view's version then: (view, parent, version).
+        self._parents: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         # Views set_() moved to other memory under no_grad (their history is taken again from their base).
         self._moved_under_no_grad: set[int] = set()
         # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
@@ -290,6 +297,10 @@ class FreshViews(TorchFunctionMode):
         fresh = base
         # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
         regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        parent = self._recorded_parent(tensor)
+        if regenerated and parent is not None and parent.dtype == tensor.dtype:
+            # Autograd recorded the changes over the view's own record, relative to the tensor it was taken from.
+            fresh = self.fresh(parent)
         if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
             fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
         for geometry in [*self._recorded_changes(tensor), geometry_of(tensor)]:
@@ -323,6 +334,22 @@ class FreshViews(TorchFunctionMode):
         recorded = self._recorded.get(id(tensor))
         return recorded[0] if recorded is not None and recorded[1] == tensor._version else []
 
+    def _recorded_parent(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The tensor ``tensor``'s record before the changes autograd recorded on it is relative to, while that
+        record is current (``_recorded``); None where it is one taken from the base by strides."""
+        recorded = self._recorded.get(id(tensor))
+        if recorded is None or recorded[1] != tensor._version or recorded[2] is None:
+            return None
+        return recorded[2] if storage_key(recorded[2]) == storage_key(tensor) else None
+
+    def _parent_as_taken(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The tensor the view ``tensor`` was taken from, if its record is still the view op's (its counter has
+        not moved since: eager takes a stale one again from its base by strides)."""
+        taken = self._parents.get(id(tensor))
+        if taken is None or taken[0] is not tensor or taken[2] != tensor._version:
+            return None
+        return taken[1]
+
     def _used(self, tensor: torch.Tensor) -> torch.Tensor:
         """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
         first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
@@ -351,7 +378,9 @@ class FreshViews(TorchFunctionMode):
             and args[0].requires_grad
         )
         if recorded_change:
-            recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
+            earlier = self._recorded_changes(args[0])
+            recorded = [*earlier, geometry_of(args[0])]
+            parent = self._recorded_parent(args[0]) if earlier else self._parent_as_taken(args[0])
         self._note_replayed_stale(name, args)
         in_place_view = bool(name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor))
         geometry_before = geometry_of(args[0]) if in_place_view else None
@@ -385,9 +414,10 @@ class FreshViews(TorchFunctionMode):
         self._note_history_since(self._from_kept)
         self._from_kept = []
         if recorded_change:
-            self._recorded[id(args[0])] = (recorded, args[0]._version)
+            self._recorded[id(args[0])] = (recorded, args[0]._version, parent)
         if not any(out is t for t in outs):  # an op's out= tensor is no view taken from its first argument
             self._anchor(args[0] if args else None, out)
+            self._note_parent(args[0] if args else None, out)
             self._note_taken_after(args[0] if args else None, out)
         # Each tensor whose geometry changed, with its geometry before.
         changes: list[tuple[torch.Tensor, Any]] = [
@@ -491,6 +521,14 @@ class FreshViews(TorchFunctionMode):
         changed_view = self._changed.get(id(first)) is first or (of_changed is not None and of_changed[0] is first)
         if changed_view and out._base is not None and out._base is first._base:
             self._of_changed_views[id(out)] = (out, out._version)
+
+    def _note_parent(self, first: Any, out: Any) -> None:
+        """Note ``out``, a view taken by an op from ``first`` (the caller's object, not a stand-in ``fresh``
+        gave: eager's view is relative to it), with its version then."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is not first and out.dtype == first.dtype and storage_key(out) == storage_key(first):
+            self._parents[id(out)] = (out, first, out._version)
 
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it
