@@ -133,6 +133,31 @@ def _written_then_unsqueezed(a0):
     return (v0.sum(), v0)
 
 
+def _changed_view_of_changed_view(a0):
+    # The second view's record is relative to the first as it was when taken, whose own record is stale by then.
+    v0 = a0.as_strided((3,), (1,), 10 if a0.dim() == 2 else 2)
+    v0.unsqueeze_(0)
+    w = v0.as_strided((2,), (2,), v0.storage_offset())
+    w.unsqueeze_(0)
+    return (w.sum() * 2, v0.sum(), w)
+
+
+def _of_intermediate(a0):
+    # A view of an intermediate, past the elements of the view of it it was taken from.
+    x = (a0.flatten() * 2)[6:12] if a0.dim() == 2 else (a0 * 2)[6:12]
+    v0 = x.as_strided((2, 2), (1, 2), x.storage_offset() + 8)
+    v0.t_()
+    v0.unsqueeze_(1)
+    return (v0, v0.sum(), x)
+
+
+def _of_slice_of_input(a0):
+    x = a0.flatten()[2:]
+    v0 = x.as_strided((2, 2), (2, 1), x.storage_offset() + (9 if a0.dim() == 2 else 3))
+    v0.transpose_(0, 1)
+    return (v0, x, v0 * 3)
+
+
 def _unsqueezed_under_no_grad(a0):
     v0 = a0.as_strided((2, 2), (2, 1), _past(a0))
     with torch.no_grad():
@@ -161,6 +186,9 @@ FUNCTIONS = {
     "unsqueezed_then_written": _unsqueezed_then_written,
     "unsqueezed_then_input_written": _unsqueezed_then_input_written,
     "written_then_unsqueezed": _written_then_unsqueezed,
+    "changed_view_of_changed_view": _changed_view_of_changed_view,
+    "of_intermediate": _of_intermediate,
+    "of_slice_of_input": _of_slice_of_input,
 }
 PROGRAMS = {f"{fn}-{arg}": (FUNCTIONS[fn], INPUTS[arg]) for fn in FUNCTIONS for arg in INPUTS}
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
