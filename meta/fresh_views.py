@@ -4,7 +4,7 @@ inputs whose geometry a program changes in place, and ``requires_grad_`` calls s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._prims_common import corresponding_real_dtype
@@ -81,6 +81,17 @@ def is_view_attribute(func: Any) -> bool:
 
 
 _CreationMeta = torch._C._autograd.CreationMeta
+_Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
+class _History(NamedTuple):
+    """A view's history as autograd took it, to take again later: that of ``parent`` (as ``parent_history``
+    describes it, if it was one of changes autograd recorded, else ``parent``'s own), then ``as_strided`` by each
+    of ``geometries`` in turn (the view's geometry when taken, and after each such change)."""
+
+    parent: torch.Tensor
+    parent_history: _History | None
+    geometries: tuple[_Geometry, ...]
 
 
 def _creation(view: torch.Tensor) -> Any:
@@ -181,7 +192,13 @@ class FreshViews(TorchFunctionMode):
         # view's history), so elements the old geometry does not span get no gradient. With the view's version
         # after the last of them: once its counter moves otherwise (a write, a change under no_grad), eager's
         # record is stale, and taken again from the base by strides in the view's geometry then.
-        self._recorded: dict[int, tuple[list[tuple[tuple[int, ...], tuple[int, ...], int]], int]] = {}
+        # With the history of the tensor the view was taken from, as it was then, if the view's record was current
+        # at the first of those changes (no write or change since it was taken): eager's record before them is
+        # the view op's, relative to that tensor (elements past it get no gradient), not one by strides of the base.
+        self._recorded: dict[int, tuple[list[_Geometry], int, _History | None]] = {}
+        # Views (by id) with the history of the tensor each was taken from, as it was then (a changed view's may be
+        # stale since), and the view's version then: (view, that history, version).
+        self._parents: dict[int, tuple[torch.Tensor, _History, int]] = {}
         # Views set_() moved to other memory under no_grad (their history is taken again from their base).
         self._moved_under_no_grad: set[int] = set()
         # Views (by id) taken from a changed view that is a leaf of its own: (the view, that leaf).
@@ -294,6 +311,10 @@ class FreshViews(TorchFunctionMode):
         fresh = base
         # (Only when eager regenerates the view's history: in grad mode, for a view requiring grad.)
         regenerated = torch.is_grad_enabled() and tensor.requires_grad
+        taken_from = self._recorded_history(tensor)
+        if regenerated and taken_from is not None:
+            # Autograd recorded the changes over the view's own record, relative to the tensor it was taken from.
+            fresh = self._rebuilt(taken_from, base)
         if regenerated and self._dtype_of_base.get(id(tensor)) is tensor and base.dtype != tensor.dtype:
             fresh = torch.view_as_complex(base) if tensor.dtype.is_complex else torch.view_as_real(base)
         for geometry in [*self._recorded_changes(tensor), geometry_of(tensor)]:
@@ -327,6 +348,44 @@ class FreshViews(TorchFunctionMode):
         recorded = self._recorded.get(id(tensor))
         return recorded[0] if recorded is not None and recorded[1] == tensor._version else []
 
+    def _recorded_history(self, tensor: torch.Tensor) -> _History | None:
+        """The history ``tensor`` had before the changes autograd recorded on it, while that record is current
+        (``_recorded``); None where it is one taken from the base by strides."""
+        recorded = self._recorded.get(id(tensor))
+        if recorded is None or recorded[1] != tensor._version:
+            return None
+        return recorded[2]
+
+    def _history_as_taken(self, tensor: torch.Tensor) -> _History | None:
+        """The history the view ``tensor`` had when taken, if its record is still the view op's (its counter has
+        not moved since: eager takes a stale one again from its base by strides)."""
+        taken = self._parents.get(id(tensor))
+        if taken is None or taken[0] is not tensor or taken[2] != tensor._version:
+            return None
+        return taken[1]
+
+    def _history_now(self, tensor: torch.Tensor) -> _History:
+        """How to take ``tensor``'s history as autograd has it now, again later (its counter may move since)."""
+        recorded = self._recorded.get(id(tensor))
+        if recorded is None or recorded[1] != tensor._version or recorded[2] is None:
+            return _History(tensor, None, ())
+        geometries = (*recorded[2].geometries, *recorded[0], geometry_of(tensor))
+        return _History(recorded[2].parent, recorded[2].parent_history, geometries)
+
+    def _rebuilt(self, history: _History, base: torch.Tensor) -> torch.Tensor:
+        """A stand-in with the history ``history`` describes, of ``base``'s memory: the tensor taken from (its
+        stand-in as it was then, or now), viewed by strides relative to it in each geometry in turn."""
+        parent = history.parent
+        if history.parent_history is not None:
+            fresh = self._rebuilt(history.parent_history, base)
+        else:
+            fresh = self.fresh(parent)
+        if fresh.dtype != base.dtype or storage_key(fresh) != storage_key(base):
+            fresh = base  # (another dtype, or set_() moved it: taken from the base by strides)
+        for geometry in history.geometries:
+            fresh = fresh.as_strided(*geometry)
+        return fresh
+
     def _used(self, tensor: torch.Tensor) -> torch.Tensor:
         """``fresh(tensor)`` for an op about to use it. An op autograd records reads each input's history
         first, which eager refuses for a view made under no_grad (or returned by an autograd.Function)
@@ -355,7 +414,9 @@ class FreshViews(TorchFunctionMode):
             and args[0].requires_grad
         )
         if recorded_change:
-            recorded = [*self._recorded_changes(args[0]), geometry_of(args[0])]
+            earlier = self._recorded_changes(args[0])
+            recorded = [*earlier, geometry_of(args[0])]
+            history = self._recorded_history(args[0]) if earlier else self._history_as_taken(args[0])
         if name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor):
             self._note_replayed_stale(args[0], geometry_of(args[0]))
         in_place_view = bool(name in _INPLACE_VIEW_METHODS and args and isinstance(args[0], torch.Tensor))
@@ -390,9 +451,10 @@ class FreshViews(TorchFunctionMode):
         self._note_history_since(self._from_kept)
         self._from_kept = []
         if recorded_change:
-            self._recorded[id(args[0])] = (recorded, args[0]._version)
+            self._recorded[id(args[0])] = (recorded, args[0]._version, history)
         if not any(out is t for t in outs):  # an op's out= tensor is no view taken from its first argument
             self._anchor(args[0] if args else None, out)
+            self._note_parent(args[0] if args else None, out)
             self._note_taken_after(args[0] if args else None, out)
         # Each tensor whose geometry changed, with its geometry before.
         changes: list[tuple[torch.Tensor, Any]] = [
@@ -502,6 +564,14 @@ class FreshViews(TorchFunctionMode):
         changed_view = self._changed.get(id(first)) is first or (of_changed is not None and of_changed[0] is first)
         if changed_view and out._base is not None and out._base is first._base:
             self._of_changed_views[id(out)] = (out, out._version)
+
+    def _note_parent(self, first: Any, out: Any) -> None:
+        """Note ``out``, a view taken by an op from ``first`` (the caller's object, not a stand-in ``fresh``
+        gave: eager's view is relative to it), with its version then."""
+        if not isinstance(first, torch.Tensor) or not isinstance(out, torch.Tensor) or out._base is None:
+            return
+        if out is not first and out.dtype == first.dtype and storage_key(out) == storage_key(first):
+            self._parents[id(out)] = (out, self._history_now(first), out._version)
 
     def _anchor(self, first: Any, out: Any) -> None:
         """Note ``out``'s anchor, if it is a view of a changed leaf view, or of a view of one; and whether it

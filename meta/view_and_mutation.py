@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -91,6 +92,23 @@ class ViewStep:
     # under ``no_grad`` (eager's view then takes its history again from its base by strides).
     change_grad_enabled: bool = True
 
+    def changes_view_in_place(self, tensor: torch.Tensor, own: bool) -> bool:
+        """Whether the step is replayed as eager ran it, in place (on an alias of ``tensor``, a view with history
+        the replay made): a geometry change autograd records on a view requiring grad (``v.unsqueeze_(0)``)
+        gives the view the change's node over its history and leaves it fresh at the version the change bumps
+        to. Taken out of place at that version, the view before it is stale: autograd takes its history again
+        from its base by strides, reaching elements past those of the tensor eager viewed (an ``as_strided`` of
+        an input view, at an offset past the input's elements), whose gradients eager's history never reaches."""
+        return (
+            own
+            and self.in_place
+            and self.change_grad_enabled
+            and self.from_geometry is None
+            and tensor._base is not None
+            and tensor.requires_grad
+            and _in_place_view(self.op) is not None
+        )
+
     def replay(self, tensor: torch.Tensor, own: bool = False) -> torch.Tensor:
         """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
         which an in-place ``set_()`` moves itself, as eager's moved its object (views taken of it before keep it
@@ -104,6 +122,12 @@ class ViewStep:
             # alias of ``tensor`` with a version counter of its own, leaving ``tensor`` (which may share the
             # caller's counter, or be the base of other outputs) as it is.
             tensor = own_alias(tensor)
+        if self.changes_view_in_place(tensor, own):
+            # An alias takes the change: the view the previous step made may be another chain's (``made``).
+            with torch.enable_grad():
+                changed: torch.Tensor = torch.ops.aten.alias.default(tensor)
+                _in_place_view(self.op)(changed, *args, **kwargs)
+            return changed
         grad_enabled = self.grad_enabled
         counted: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if own and self.in_place:
@@ -162,6 +186,27 @@ def _replays_by_view_ops(view: torch.Tensor) -> bool:
     return base is not None and base.dtype != view.dtype and view.requires_grad
 
 
+@functools.cache  # per op: asked for every in-place step replayed
+def _in_place_view(op: Any) -> Any:
+    """``t`` -> ``t_``, ``unsqueeze`` -> ``unsqueeze_``: the in-place view op taking the same arguments (None if
+    there is none, or ``op`` is no ATen view op)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return None
+    packet = getattr(torch.ops.aten, f"{schema.name.split('::')[-1]}_", None)
+    if packet is None:
+        return None
+    wanted = [(arg.name, str(arg.type)) for arg in schema.arguments]
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        if (
+            torch.Tag.inplace_view in candidate.tags
+            and [(arg.name, str(arg.type)) for arg in candidate._schema.arguments] == wanted
+        ):
+            return candidate
+    return None
+
+
 def set_within(tensor: torch.Tensor, size: Any, stride: Any, delta: int) -> torch.Tensor:
     """``tensor`` itself ``set_()`` onto its own memory at ``delta`` elements from where it sits, in place."""
     return tensor.set_(tensor.untyped_storage(), tensor.storage_offset() + delta, size, stride)
@@ -197,7 +242,9 @@ def replay_views(
             tensor = made[step.key]
             continue
         if version_before_call is not None and step.version >= 0 and not tensor.is_inference():
-            torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version,))
+            # (A change replayed in place bumps the counter itself, to the version the step was recorded at.)
+            bumps = step.changes_view_in_place(tensor, own=position > 0)
+            torch._C._autograd._unsafe_set_version_counter((tensor,), (version_before_call + step.version - bumps,))
         source, tensor = tensor, step.replay(tensor, own=position > 0)
         if position == 0:
             inherit_creation(tensor, source)

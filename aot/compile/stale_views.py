@@ -129,6 +129,12 @@ class RegeneratedViews(TorchFunctionMode):
                 out = original  # an in-place op returns its argument: the user's object
             original = first
         self._follow(name, original, out)
+        changed = args[0] if args and name in _OWN_OBJECT_FIRST else None
+        followed = self._followed.get(id(changed)) if isinstance(changed, torch.Tensor) else None
+        if followed is not None and followed[0] is changed and torch.is_grad_enabled() and changed.requires_grad:
+            # A geometry change autograd records gives the view the change's node over its history, current at
+            # the version the change bumps to (eager's ``v.unsqueeze_(0)``): no write making it stale.
+            self._followed[id(changed)] = (changed, changed._version)
         return out
 
     def _follow(self, name: str, source: Any, out: Any) -> None:
