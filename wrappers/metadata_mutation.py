@@ -178,7 +178,7 @@ class MetadataMutation:
         self._restrided_first = restrided_first
         recorded_first = tuple(
             i
-            for i in mutated
+            for i in no_views
             if i not in written_changed
             and i not in restrided
             and i not in restrided_first
@@ -273,8 +273,6 @@ class MetadataMutation:
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
         num_before_steps = len(inner_args)
-        # (Told by the caller's tensors, as ``no_views``.)
-        changed_view_inputs = frozenset(i for i in recorded_first if i not in no_views)
         for arg_idx in recorded_first:
             inner_args[arg_idx] = history_alias(outer.args[arg_idx])
             inner_args += [
@@ -300,17 +298,14 @@ class MetadataMutation:
             for arg_idx, old in zip(reshaped, old_selves, strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
             changed_histories: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
-            changed_views: set[int] = set()
             same_span: set[int] = set()
             position = num_before_steps
             for arg_idx in recorded_first:
                 # No view of the input: its in-place geometry changes are its own, and after each it takes the
-                # history of that step's tensor, or, a view input, stands for it (``_RecordedChanges``).
+                # history of that step's tensor, which stands for it (``_RecordedChanges``).
                 working[arg_idx] = history_alias(args[arg_idx])
                 num_steps = len(meta.input_info[arg_idx].metadata_steps)
                 changed_histories[id(working[arg_idx])] = (working[arg_idx], all_args[position : position + num_steps])
-                if arg_idx in changed_view_inputs:
-                    changed_views.add(id(working[arg_idx]))
                 if not _elements_reached_change(meta.input_info[arg_idx], args[arg_idx]):
                     same_span.add(id(working[arg_idx]))
                 position += num_steps
@@ -330,7 +325,7 @@ class MetadataMutation:
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with contextlib.ExitStack() as stack:
                 if changed_histories:
-                    stack.enter_context(_RecordedChanges(changed_histories, changed_views, same_span))
+                    stack.enter_context(_RecordedChanges(changed_histories, same_span))
                 if bases_of:
                     stack.enter_context(_MovedHistories(bases_of))
                 outs = list(flat_fn(*working))
@@ -1627,21 +1622,16 @@ class _RecordedChanges(TorchFunctionMode):
     in), as eager's tensor has that change's node then: reads after reach it, reads before the old one.
 
     Later ops read the step's tensor in its place (the data a differentiated backward recomputes from is the
-    step's, as the history). An input that is no view also takes that history in place, and its views taken
-    before are read as views of the step's tensor: eager's take their history again from the changed tensor.
-    One that is a view (``views``) keeps its own history and views: eager's views of it are views of its base,
-    whose history they take again, past the input's nodes."""  # (``same_span``: see ``__init__``)
+    step's, as the history). The stand-in also takes that history in place, and its views taken before are read
+    as views of the step's tensor (``same_span``): eager's take their history again from the changed tensor."""
 
-    def __init__(
-        self, tensors: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]], views: set[int], same_span: set[int]
-    ) -> None:
+    def __init__(self, tensors: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]], same_span: set[int]) -> None:
         super().__init__()
         self._tensors = tensors
-        self._views = views
-        # Inputs (no views) whose every step spans the elements they started on (``t_``, ``unsqueeze_``): a view
+        # Inputs whose every step spans the elements they started on (``t_``, ``unsqueeze_``): a view
         # taken before lies within each step's tensor. (Otherwise it is left to its history taken again from the
         # input: right to first order, the differentiated backward recomputing from the input before.)
-        self._same_span = same_span - views
+        self._same_span = same_span
         self._done = dict.fromkeys(tensors, 0)
 
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
@@ -1680,9 +1670,8 @@ class _RecordedChanges(TorchFunctionMode):
                 raise UnsupportedMutationError(
                     "an input's geometry changed more often than when the function was compiled: compile again"
                 )
-            if key not in self._views:
-                with torch.enable_grad():
-                    _TakesHistory.apply(tensor, steps[done])  # type: ignore[no-untyped-call]
+            with torch.enable_grad():
+                _TakesHistory.apply(tensor, steps[done])  # type: ignore[no-untyped-call]
             self._done[key] = done + 1
         return out
 
