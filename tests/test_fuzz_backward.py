@@ -601,6 +601,36 @@ def test_restrided_nonleaf_saved_and_doubled_by_backward(restride, make_args) ->
     check_in_mode(_restrided_then_saved_and_doubled(restride), make_args, "training")
 
 
+# A view of the restrided input made under no_grad needs no grad, as eager's (seed 32 program 112: the route's
+# stand-in, an autograd.Function's output, gave its no_grad views a history).
+def _viewed_under_no_grad(restride):
+    def fn(a):
+        _RESTRIDES[restride](a)
+        with torch.no_grad():
+            row = a[0]
+        return (a.sum() + row.sum(),)
+
+    return fn
+
+
+def _squeezed_then_diagonal_under_no_grad(a1):
+    a1.squeeze_()
+    with torch.no_grad():
+        v2 = a1.diagonal()
+    return (sum(t.real.sum() for t in (a1, v2)),)
+
+
+def _complex_nonleaf():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(2, 2, generator=g, dtype=torch.complex64).requires_grad_() * 1,)
+
+
+@pytest.mark.parametrize("restride", list(_RESTRIDES))
+def test_restrided_nonleaf_viewed_under_no_grad(restride) -> None:
+    check_in_mode(_viewed_under_no_grad(restride), lambda: _nonleaf_input()[1:2], "training")
+    check_in_mode(_squeezed_then_diagonal_under_no_grad, _complex_nonleaf, "training")
+
+
 # The second derivative w.r.t. the input: the compiled backward, differentiated, recomputes from the values the
 # reads after the change read, which must be the tensors with those steps' histories, not the input before them.
 @pytest.mark.parametrize(

@@ -1634,6 +1634,10 @@ class _RecordedChanges(TorchFunctionMode):
         self._same_span = same_span
         self._done = dict.fromkeys(tensors, 0)
 
+    def _untracked(self, value: torch.Tensor) -> torch.Tensor:
+        found = self._tensors.get(id(value))
+        return value.detach() if found is not None and found[0] is value else value
+
     def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
         key = id(value)
         if key in self._tensors and self._tensors[key][0] is value and self._done[key]:
@@ -1641,7 +1645,8 @@ class _RecordedChanges(TorchFunctionMode):
         # A view of an input that is no view, taken before its last change: eager's takes its history again from
         # the changed input (by strides), so it is taken again from that step's tensor, on the same memory.
         key = id(value._base)
-        if value._base is None or key not in self._same_span or not self._done[key]:
+        # (One made under no_grad has no history to take again: eager's stays untracked.)
+        if value._base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
             return value
         tensor, steps = self._tensors[key]
         if value._base is not tensor or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
@@ -1658,7 +1663,13 @@ class _RecordedChanges(TorchFunctionMode):
             name = func.overloadpacket.__name__
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
-        if own_object or not any(self._done.values()):
+        if own_object:
+            out = func(*args, **kwargs)
+        elif not torch.is_grad_enabled():
+            # Under no_grad eager records nothing: a view made there needs no grad (one of the stand-in, an
+            # autograd.Function's output, would), so ops read the stand-in detached.
+            out = _call_with_stand_ins(func, name, args, kwargs, self._untracked)
+        elif not any(self._done.values()):
             out = func(*args, **kwargs)
         else:
             out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
