@@ -31,6 +31,11 @@ and as in-place ops after extend it: the function gets an alias of it that is no
 write through a view as one into the input below), the graph also returns the input as it ends, and the
 caller's tensor, set_() onto its new memory, adopts that history.
 
+A non-leaf requiring grad whose geometry changes where autograd records it, never written, is restrided before
+the call, step by step in grad mode, so the caller's tensor has eager's nodes, ``autograd.grad``'s targets: the
+function starts from an alias with its history before, and reads after each change reach that step's tensor
+(``_changes_recorded_first``, ``_RecordedChanges``).
+
 A storage the function grows (``resize_``, or an ``out=`` op resizing its
 output, past the storage's end) is grown before the call, in place and keeping
 its data, as eager grows it: below, the resize is one within the storage.
@@ -118,6 +123,10 @@ class MetadataMutation:
         self._across_change: frozenset[UserOut] = frozenset()
         # Their geometry when the call starts (static): views of them returned are replayed from it.
         self._started_in: dict[DedupedArg, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        # Non-leaves requiring grad whose geometry changes where autograd records it, never written
+        # (``_changes_recorded_first``): restrided before the call, in grad mode, step by step; each step's
+        # tensor, with its history, is passed after the inputs (and the moved ones' bases and old selves).
+        self._recorded_first: tuple[DedupedArg, ...] = ()
 
     def pre_compile(
         self, outer: Stage[DedupedArg, UserOut]
@@ -167,6 +176,17 @@ class MetadataMutation:
             if i not in restrided and _restrided_first(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
         )
         self._restrided_first = restrided_first
+        recorded_first = tuple(
+            i
+            for i in no_views
+            if i not in written_changed
+            and i not in restrided
+            and i not in restrided_first
+            and i not in self._grad_from_inside
+            and i not in {base for _, base in views_of_changed}
+            and _changes_recorded_first(meta, i, outer.args[i])
+        )
+        self._recorded_first = recorded_first
         # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
         # their base, whose history reaches the leaf only until the memory is written (after, autograd takes it
         # again from that base). The stand-in below is no view of that base (``_restrided_view``), so the views
@@ -189,7 +209,10 @@ class MetadataMutation:
 
         across_change = frozenset(UserOut(out_idx) for out_idx, info in enumerate(meta.output_info) if across(info))
         self._across_change = across_change
-        self._started_in = {i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride())) for i in written_changed}
+        self._started_in = {
+            i: (tuple(outer.args[i].shape), tuple(outer.args[i].stride()))
+            for i in written_changed | set(recorded_first)
+        }
         split = OutputSplit.of(
             meta,
             lambda info: (
@@ -198,7 +221,7 @@ class MetadataMutation:
                 or (info.output_type == OutputType.IS_INPUT and info.base_input in mutated)
                 or (
                     info.output_type == OutputType.ALIAS_OF_INPUT
-                    and info.base_input in self._views_of_changed | written_changed | leaf_views
+                    and info.base_input in self._views_of_changed | written_changed | leaf_views | set(recorded_first)
                 )
                 or _taken_after_restride(info, restrided_first)
             ),
@@ -253,6 +276,12 @@ class MetadataMutation:
         inner_args += [_old_self(outer.args[arg_idx]) for arg_idx in reshaped]
         for arg_idx in reshaped:
             inner_args[arg_idx] = _moved_first(outer.args[arg_idx], meta.input_info[arg_idx])
+        num_before_steps = len(inner_args)
+        for arg_idx in recorded_first:
+            inner_args[arg_idx] = history_alias(outer.args[arg_idx])
+            inner_args += [
+                _step_stand_in(outer.args[arg_idx], step) for step in meta.input_info[arg_idx].metadata_steps
+            ]
 
         # Of the inputs that are no views, the non-leaves requiring grad: eager's tensor keeps its history through a
         # geometry change autograd does not record (``KEEPS_OWN_HISTORY``).
@@ -269,8 +298,21 @@ class MetadataMutation:
                     if arg_idx in set_with_history or arg_idx in moved_leaf_views
                     else _alias_as_made(args[arg_idx], arg_idx in no_views, arg_idx in keep_history)
                 )
-            for arg_idx, old in zip(reshaped, all_args[num_inputs + len(moved) :], strict=True):
+            old_selves = all_args[num_inputs + len(moved) : num_before_steps]
+            for arg_idx, old in zip(reshaped, old_selves, strict=True):
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
+            changed_histories: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
+            same_span: set[int] = set()
+            position = num_before_steps
+            for arg_idx in recorded_first:
+                # No view of the input: its in-place geometry changes are its own, and after each it takes the
+                # history of that step's tensor, which stands for it (``_RecordedChanges``).
+                working[arg_idx] = history_alias(args[arg_idx])
+                num_steps = len(meta.input_info[arg_idx].metadata_steps)
+                changed_histories[id(working[arg_idx])] = (working[arg_idx], all_args[position : position + num_steps])
+                if not _elements_reached_change(meta.input_info[arg_idx], args[arg_idx]):
+                    same_span.add(id(working[arg_idx]))
+                position += num_steps
             for arg_idx in restrided:
                 # The leaf is in its final geometry; the function starts from the one it had, a view of it:
                 # the geometry changes then take fresh views of the leaf, which gradients reach directly. A view
@@ -285,7 +327,11 @@ class MetadataMutation:
                 working[view_idx] = _view_of_alias(args[view_idx], working[base_idx], base_idx in written_changed)
             bases_of = {id(working[i]): (working[i], base, False) for i, base in zip(moved, bases, strict=True)}
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
-            with _MovedHistories(bases_of) if bases_of else contextlib.nullcontext():
+            with contextlib.ExitStack() as stack:
+                if changed_histories:
+                    stack.enter_context(_RecordedChanges(changed_histories, same_span))
+                if bases_of:
+                    stack.enter_context(_MovedHistories(bases_of))
                 outs = list(flat_fn(*working))
             # A fresh storage whole, from its start: eager's holds elements outside the final geometry too.
             made = [whole_storage(working[arg_idx]) for arg_idx in fresh]
@@ -320,7 +366,12 @@ class MetadataMutation:
                 InputAliasInfo(f"{meta.input_info[i].name}_base", requires_grad=True, is_leaf=inner_args[n].is_leaf)
                 for n, i in enumerate(moved, num_inputs)
             )
-            + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped),
+            + tuple(_as_below(meta.input_info[i], name=f"{meta.input_info[i].name}_before_set") for i in reshaped)
+            + tuple(
+                InputAliasInfo(f"{meta.input_info[i].name}_step{k}", requires_grad=True, is_leaf=False)
+                for i in recorded_first
+                for k in range(len(meta.input_info[i].metadata_steps))
+            ),
             split.inner_output_info([_from_final(info, started, finals) for info in meta.output_info], RestridedArg)
             + tuple(final_value(i) for i in fresh)
             + tuple(as_ended(i) for i in kept_history),
@@ -417,6 +468,8 @@ class MetadataMutation:
         across_change = self._across_change
         across_bases = {meta.output_info[out_idx].base_input for out_idx in across_change}
         started_in = self._started_in
+        recorded_first = self._recorded_first
+        recorded_first_inputs = frozenset(recorded_first)
         counters = Counters([(arg_idx, info.version_bumps) for arg_idx, info in final], self._counter_groups)
         accumulators_as_called = [arg_idx for arg_idx, info in final if info.accumulator_as_called]
 
@@ -439,6 +492,13 @@ class MetadataMutation:
                 inner_args[arg_idx] = _restrided_view(args[arg_idx], meta.input_info[arg_idx])
             for arg_idx in restrided:
                 _restride(args[arg_idx], meta.input_info[arg_idx])
+            for arg_idx in recorded_first:
+                v = counters.before_of(before, arg_idx)
+                assert v is not None
+                # The function starts from the tensor as it is, its history before the changes (no view: one
+                # would take its history again from the changed tensor).
+                inner_args[arg_idx] = history_alias(args[arg_idx])
+                inner_args += _changed_in_steps(args[arg_idx], meta.input_info[arg_idx], v)
             # As in ``_restrided_view``: views the function takes before eager's change get eager's counter.
             counters.restore(args, before)
             return inner_args, (targets, geometries, before, anchors)
@@ -511,7 +571,7 @@ class MetadataMutation:
                         target.as_strided_(size, stride, target.storage_offset() + relative_offset)
                     with_history(AdoptHistory, target, histories[arg_idx])
                     continue
-                if arg_idx in restrided_first or arg_idx in restrided:
+                if arg_idx in restrided_first or arg_idx in restrided or arg_idx in recorded_first_inputs:
                     continue
                 # In eager's grad mode at the change: t_() on a tensor with history is recorded; under no_grad
                 # it is not, and a leaf requiring grad may change its geometry there. A record a later write made
@@ -561,7 +621,8 @@ class MetadataMutation:
                 or out_idx in across_change
                 or (
                     out_info.output_type == OutputType.ALIAS_OF_INPUT
-                    and out_info.base_input in views_of_changed | written_changed | leaf_views.keys()
+                    and out_info.base_input
+                    in views_of_changed | written_changed | leaf_views.keys() | recorded_first_inputs
                 )
                 or _taken_after_restride(out_info, restrided_first)
             ]
@@ -572,7 +633,7 @@ class MetadataMutation:
                 # history as eager's does.
                 at = counters.before_of(before, base)
                 chain = out_info.view_chain
-                if base in written_changed:  # the caller's tensor has its final geometry now
+                if base in written_changed or base in recorded_first_inputs:  # it has its final geometry now
                     chain = (_from_final_geometry(chain[0], meta.input_info[base], started_in[base]), *chain[1:])
                 elif base in leaf_views and chain[0].from_geometry is None:
                     # Taken before the change (``leaf_views``), in the geometry it had; the caller's tensor has its
@@ -1491,3 +1552,169 @@ def _setting_requires_grad(inner: Runtime, inputs: tuple[DedupedArg, ...]) -> Ru
         return outs
 
     return run
+
+
+def _changes_recorded_first(
+    meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg, arg: torch.Tensor
+) -> bool:
+    """A non-leaf requiring grad (no view), never written, whose every geometry change autograd records (in grad
+    mode): eager's tensor ends with the last change's node as its ``grad_fn``, each change's on the one before,
+    and each read reaches the node the tensor had then. Restrided after the call, the caller's tensor would get
+    new nodes no output's history reaches (``autograd.grad`` w.r.t. it: None). So it is restrided before the
+    call, step by step, as eager's, and the function's reads after each step reach that step's node
+    (``_RecordedChanges``). Outputs that are views of it are taken after the call, from the caller's tensor in its
+    final geometry, as ``_written_with_changes``'s are (eager's, taken before a change, take their history again
+    from it)."""
+    info = meta.input_info[arg_idx]
+    steps = info.metadata_steps
+    plain = (
+        torch.is_grad_enabled()
+        and info.requires_grad
+        and not info.is_leaf
+        and not info.mutates_data
+        and not info.mutation_visible_to_autograd
+        and not info.metadata_mutations_under_no_grad
+        and not info.metadata_record_stale
+        and info.storage_set_to is None
+        and not info.storage_grown_to
+        and not info.moves_history
+        and not info.sets_requires_grad
+    )
+    return (
+        plain
+        and bool(steps)
+        and all(step[3] for step in steps)
+        and all(_static(step[:3]) for step in steps)
+        and _views_replayable_at_the_end(meta, arg_idx, arg)
+        and not any(
+            out.after_set or (out.computed_alias is not None and out.computed_alias.base_input == arg_idx)
+            for out in meta.output_info
+            if out.base_input == arg_idx or out.computed_alias is not None
+        )
+    )
+
+
+def _step_stand_in(arg: torch.Tensor, step: Any) -> torch.Tensor:
+    """A non-leaf requiring grad on ``arg``'s memory in ``step``'s geometry, standing for the caller's tensor after
+    that step while compiling."""
+    leaf = _leaf_on(arg)
+    with torch.no_grad():
+        leaf.as_strided_(step[0], step[1], leaf.storage_offset() + step[2])
+    leaf.requires_grad_()
+    return history_alias(leaf)
+
+
+def _changed_in_steps(target: torch.Tensor, info: InputAliasInfo, version: int) -> list[torch.Tensor]:
+    """Restride ``target`` in place through ``info``'s steps, each in grad mode at eager's version, as eager's
+    in-place view ops: it ends with eager's history. After each step, an alias of it (no view: a view taken
+    here would take its history again from the steps after) whose gradient reaches that step's node, none where
+    none reached the alias (eager's engine never runs that node then)."""
+    start = target.storage_offset()
+    after = []
+    for size, stride, offset, _, step_version in info.metadata_steps:
+        set_versions([target], [version + step_version - 1])
+        with torch.enable_grad():
+            target.as_strided_(size, stride, start + offset)
+        with torch.enable_grad():
+            after.append(_AliasAfterStep.apply(target))  # type: ignore[no-untyped-call]
+    return after
+
+
+class _RecordedChanges(TorchFunctionMode):
+    """The function's stand-in for a ``_changes_recorded_first`` input (a history alias of it as the call starts,
+    no view) gets, after each change of its geometry, the history of the caller's tensor after that change (passed
+    in), as eager's tensor has that change's node then: reads after reach it, reads before the old one.
+
+    Later ops read the step's tensor in its place (the data a differentiated backward recomputes from is the
+    step's, as the history). The stand-in also takes that history in place, and its views taken before are read
+    as views of the step's tensor (``same_span``): eager's take their history again from the changed tensor."""
+
+    def __init__(self, tensors: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]], same_span: set[int]) -> None:
+        super().__init__()
+        self._tensors = tensors
+        # Inputs whose every step spans the elements they started on (``t_``, ``unsqueeze_``): a view
+        # taken before lies within each step's tensor. (Otherwise it is left to its history taken again from the
+        # input: right to first order, the differentiated backward recomputing from the input before.)
+        self._same_span = same_span
+        self._done = dict.fromkeys(tensors, 0)
+
+    def _untracked(self, value: torch.Tensor) -> torch.Tensor:
+        found = self._tensors.get(id(value))
+        return value.detach() if found is not None and found[0] is value else value
+
+    def _stand_in(self, value: torch.Tensor) -> torch.Tensor:
+        key = id(value)
+        if key in self._tensors and self._tensors[key][0] is value and self._done[key]:
+            return self._tensors[key][1][self._done[key] - 1]
+        # A view of an input that is no view, taken before its last change: eager's takes its history again from
+        # the changed input (by strides), so it is taken again from that step's tensor, on the same memory.
+        key = id(value._base)
+        # (One made under no_grad has no history to take again: eager's stays untracked.)
+        if value._base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
+            return value
+        tensor, steps = self._tensors[key]
+        if value._base is not tensor or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
+            return value
+        step = steps[self._done[key] - 1]
+        offset = step.storage_offset() + value.storage_offset() - tensor.storage_offset()
+        return step.as_strided(value.shape, value.stride(), offset)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        before = {key: geometry_of(t) for key, (t, _) in self._tensors.items()}
+        name = getattr(func, "__name__", "")
+        if isinstance(func, torch._ops.OpOverload):
+            name = func.overloadpacket.__name__
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        own_object = name in _OWN_OBJECT_METHODS or (name == "__get__" and attribute not in _VIEW_ATTRIBUTES)
+        if own_object:
+            out = func(*args, **kwargs)
+        elif not torch.is_grad_enabled():
+            # Under no_grad eager records nothing: a view made there needs no grad (one of the stand-in, an
+            # autograd.Function's output, would), so ops read the stand-in detached.
+            out = _call_with_stand_ins(func, name, args, kwargs, self._untracked)
+        elif not any(self._done.values()):
+            out = func(*args, **kwargs)
+        else:
+            out = _call_with_stand_ins(func, name, args, kwargs, self._stand_in)
+        for key, (tensor, steps) in self._tensors.items():
+            if geometry_of(tensor) == before[key]:
+                continue
+            done = self._done[key]
+            if done >= len(steps):
+                raise UnsupportedMutationError(
+                    "an input's geometry changed more often than when the function was compiled: compile again"
+                )
+            with torch.enable_grad():
+                _TakesHistory.apply(tensor, steps[done])  # type: ignore[no-untyped-call]
+            self._done[key] = done + 1
+        return out
+
+
+class _TakesHistory(torch.autograd.Function):
+    """``AdoptHistory`` passing no gradient where none reached it (none materialized as zeros): eager's changed
+    tensor gets none from a read whose own backward gives none (an autograd.Function returning None)."""
+
+    @staticmethod
+    def forward(ctx: Any, alias: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(alias)
+        ctx.set_materialize_grads(False)
+        return alias
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[None, torch.Tensor | None]:
+        return None, grad
+
+
+class _AliasAfterStep(torch.autograd.Function):
+    """``history_alias`` passing no gradient where none reached it: the compiled backward gives none for a step no
+    read after reaches (eager's engine never runs that step's node)."""
+
+    @staticmethod
+    def forward(ctx: Any, target: torch.Tensor) -> torch.Tensor:
+        ctx.set_materialize_grads(False)
+        return target.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> torch.Tensor | None:
+        return grad
