@@ -433,11 +433,20 @@ class FreshViews(TorchFunctionMode):
                 out = func(*args, **kwargs)
         elif (self._changed or self._changed_bases or self._of_leaf_views) and not own_object:
             first, rest = (args[0], args[1:]) if args else (None, ())
+            # One stand-in per tensor passed: eager's overlap checks see a tensor passed twice as one
+            # (``x.index_put_(i, x)`` on an expanded ``x`` is a full overlap), two stand-ins as two it cannot judge.
+            taken: dict[int, torch.Tensor] = {}
+
+            def used(tensor: torch.Tensor) -> torch.Tensor:
+                if id(tensor) not in taken:
+                    taken[id(tensor)] = self._used(tensor)
+                return taken[id(tensor)]
+
             if name not in _INPLACE_VIEW_METHODS and isinstance(first, torch.Tensor):
                 if name.endswith("_") and not name.endswith("__"):
                     check_inplace_as_eager(first)  # the stand-in is no view of the leaf eager refuses to write
-                first = self._used(first)
-            rest, fresh_kwargs = tree_map_only(torch.Tensor, self._used, (rest, kwargs))
+                first = used(first)
+            rest, fresh_kwargs = tree_map_only(torch.Tensor, used, (rest, kwargs))
             if "out" in kwargs:
                 fresh_kwargs["out"] = kwargs["out"]
             original = args[0] if args else None
