@@ -311,10 +311,23 @@ def one_index_per_element(target: torch.Tensor, new_value: torch.Tensor) -> tupl
     """An expanded target (stride 0) has several indices per memory element, which ``copy_`` refuses:
     write each element once, from an index whose value the function changed (``index_put_`` at one
     index), else any: all of them then hold the old value."""
-    for dim in expanded_dims(target.shape, target.stride()):
+    dims = expanded_dims(target.shape, target.stride())
+    if not dims:
+        return target, new_value
+    compared = target.detach()
+    for dim in dims:
         with torch.no_grad():
-            changed = new_value.ne(target).to(torch.int8).argmax(dim, keepdim=True)
-        target, new_value = target.narrow(dim, 0, 1), new_value.gather(dim, changed)
+            changed = new_value.ne(compared).to(torch.int8).argmax(dim, keepdim=True)
+        compared, new_value = compared.narrow(dim, 0, 1), new_value.gather(dim, changed)
+    base = target._base
+    if base is not None and base.requires_grad and base.dtype == target.dtype and not target.is_conj():
+        # Taken from the base by strides, not as a view of ``target``: that would ask ``target`` for its history,
+        # which autograd keeps as of the counter now; the write-back moves the counter, and the value eager's bumps
+        # set it to after may be that one again, so ``target`` would keep a history from before this write (and
+        # the others of its base), one eager takes again after them.
+        return base.as_strided(compared.shape, compared.stride(), compared.storage_offset()), new_value
+    for dim in dims:
+        target = target.narrow(dim, 0, 1)
     return target, new_value
 
 
