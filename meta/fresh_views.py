@@ -154,7 +154,22 @@ class RequiresGradCalls(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if getattr(func, "function_class", None) is not None and self._inference_storages:
-            args, kwargs = tree_map_only(torch.Tensor, self._as_eager, (args, kwargs))
+            given: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(alias) -> (alias, the tensor given)
+
+            def as_eager(arg: torch.Tensor) -> torch.Tensor:
+                alias: torch.Tensor = self._as_eager(arg)
+                if alias is not arg:
+                    given[id(alias)] = (alias, arg)
+                return alias
+
+            def as_given(out: torch.Tensor) -> torch.Tensor:
+                alias, arg = given.get(id(out), (out, out))
+                return arg if alias is out else out
+
+            args, kwargs = tree_map_only(torch.Tensor, as_eager, (args, kwargs))
+            # Eager's Function returns a dirty input needing no grad as the very object it was given (no alias):
+            # where it returns the alias standing for one, the function gets its own tensor back.
+            return tree_map_only(torch.Tensor, as_given, func(*args, **kwargs))
         name = getattr(func, "__name__", "")
         # ``x.requires_grad = True`` reaches modes as the attribute's ``__set__``: the same as ``requires_grad_()``.
         setter = name == "__set__" and getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad"

@@ -128,6 +128,17 @@ class ViewStep:
                 changed: torch.Tensor = torch.ops.aten.alias.default(tensor)
                 _in_place_view(self.op)(changed, *args, **kwargs)
             return changed
+        in_place_view = _in_place_view(self.op) if own and self.in_place and from_geometry is None else None
+        if in_place_view is not None and tensor._base is None and tensor.grad_fn is None:
+            # Eager changed its own tensor that is no view (a ``detach()`` alias) in place: views taken of it before
+            # keep that very object as their ``_base``, so the replay changes the object it made, not an alias of
+            # it. (Its counter may be the caller's, which the layers that count eager's bumps set; a leaf has no
+            # history to record the change in: one made to require grad by a chain replayed before.)
+            with uncounted(tensor), torch.no_grad():
+                in_place_view(tensor, *args, **kwargs)
+            if self.requires_grad_set:
+                tensor.requires_grad_()
+            return tensor
         grad_enabled = self.grad_enabled
         counted: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if own and self.in_place:

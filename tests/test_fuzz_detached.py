@@ -405,3 +405,66 @@ CHANGED_THEN_LEAF = {
 @pytest.mark.parametrize("name", sorted(CHANGED_THEN_LEAF))
 def test_detached_alias_changed_in_place_then_made_leaf(name, mode):
     check_in_mode(*CHANGED_THEN_LEAF[name], mode)
+
+
+# Seed 28 program 5964: a view taken of a ``detach()`` (or ``.data``) alias of an input, then the alias's geometry
+# changed in place (``squeeze_``, ``unsqueeze_``, ``t_``, ``as_strided_``). Eager's alias is no view, so the view's
+# ``_base`` is that very object, changed since. The replay took the change out of place on an alias of the object it
+# had made (one with no view of it, as for a change of the caller's own tensor): the view's ``_base`` was another
+# tensor than the returned alias. Inputs of either dtype, transposed or not, a view of a leaf or a leaf.
+def _view_then_alias_changed(alias, view, change, *, returned=("alias", "view"), then=None):
+    def fn(a0):
+        v1 = alias(a0)
+        v2 = view(v1)
+        change(v1)
+        if then is not None:
+            then(v1)
+        outs = {"alias": v1, "view": v2, "input": a0}
+        return tuple(outs[name] for name in returned)
+
+    return fn
+
+
+def _matrix(transposed: bool, leaf: bool, dtype: torch.dtype):
+    def make():
+        s0 = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        if leaf:
+            return ((s0.t() if transposed else s0).detach().requires_grad_(),)
+        s0.requires_grad_()
+        return (s0.t() if transposed else s0[...],)
+
+    return make
+
+
+_detach, _data, _t = (lambda t: t.detach()), (lambda t: t.data), (lambda t: t.t())
+VIEW_THEN_ALIAS_CHANGED_PROGRAMS = {
+    "squeeze": _view_then_alias_changed(_detach, _t, lambda t: t.squeeze_()),
+    "unsqueeze_view_first": _view_then_alias_changed(
+        _detach, _t, lambda t: t.unsqueeze_(0), returned=("view", "alias")
+    ),
+    "data_swapdims": _view_then_alias_changed(_data, _t, lambda t: t.swapdims_(0, 1)),
+    "t_of_slice": _view_then_alias_changed(_detach, lambda t: t[1:], lambda t: t.t_()),
+    "as_strided_of_select": _view_then_alias_changed(_detach, lambda t: t[1], lambda t: t.as_strided_((2, 2), (1, 2))),
+    "then_written": _view_then_alias_changed(_detach, _t, lambda t: t.unsqueeze_(0), then=lambda t: t.mul_(2)),
+    "then_leaf": _view_then_alias_changed(_detach, _t, lambda t: t.unsqueeze_(0), then=lambda t: t.requires_grad_()),
+    "of_intermediate": _view_then_alias_changed(
+        lambda t: (t * 2).detach(), _t, lambda t: t.unsqueeze_(0), returned=("view", "alias", "input")
+    ),
+}
+VIEW_THEN_ALIAS_CHANGED = {
+    f"{name}_{dtype}_{'transposed' if transposed else 'plain'}_{'leaf' if leaf else 'view'}": (
+        fn,
+        _matrix(transposed, leaf, getattr(torch, dtype)),
+    )
+    for name, fn in VIEW_THEN_ALIAS_CHANGED_PROGRAMS.items()
+    for dtype in ("float32", "complex64")
+    for transposed in (True, False)
+    for leaf in (True, False)
+    if name == "squeeze" or (dtype, transposed, leaf) in (("complex64", True, False), ("float32", False, True))
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_THEN_ALIAS_CHANGED))
+def test_view_of_detached_alias_then_alias_changed(name, mode):
+    check_in_mode(*VIEW_THEN_ALIAS_CHANGED[name], mode)

@@ -696,3 +696,45 @@ FLAG_SET_CASES = {
 @pytest.mark.parametrize(("name", "mode"), mode_params(FLAG_SET_CASES, {}))
 def test_view_requires_grad_set_by_attribute(name: str, mode: str) -> None:
     check_in_mode(*FLAG_SET_CASES[name], mode)
+
+
+# Seed 28 program 5906: under the caller's inference mode, a view of an inference leaf requiring grad needs no grad,
+# so a Function marking it dirty returns that very object (eager's outputs ``(v3, v1)`` are one tensor). Collection
+# hands the Function a detach() alias standing for the view (the fake view requires grad), and took the alias it
+# returned for a new tensor: the compiled outputs were two. Given the leaf itself, or in the other modes, eager's
+# Function returns a detached alias of an input requiring grad.
+def _function_of_view(view, function=DoublesInPlace, *, twice: bool = False):
+    def fn(a0):
+        v1 = view(a0)
+        v3 = function.apply(v1)
+        if twice:
+            v4 = function.apply(v3)
+            return (v4, v1, v3)
+        return (v3, v1)
+
+    return fn
+
+
+def _transposed_leaf(dtype: torch.dtype = torch.float32):
+    def make():
+        return (_randn(2, 3, dtype=dtype).t().detach().requires_grad_(),)
+
+    return make
+
+
+FUNCTION_RETURNING_VIEW_OF_INFERENCE_LEAF = {
+    "slice": (_function_of_view(lambda t: t[1:]), _transposed_leaf()),
+    "slice_complex": (_function_of_view(lambda t: t[1:]), _transposed_leaf(torch.complex64)),
+    "transpose": (_function_of_view(lambda t: t.t()), _transposed_leaf()),
+    "diagonal_complex": (_function_of_view(lambda t: t.diagonal()), _transposed_leaf(torch.complex64)),
+    "unsqueeze": (_function_of_view(lambda t: t.unsqueeze(0)), _transposed_leaf()),
+    "select_twice": (_function_of_view(lambda t: t[0], twice=True), _transposed_leaf()),
+    "leaf_itself": (_function_of_view(lambda t: t), _transposed_leaf()),
+    "slice_identity": (_function_of_view(lambda t: t[1:], Identity), _transposed_leaf()),
+    "slice_view_of": (_function_of_view(lambda t: t[1:], ViewOf), _transposed_leaf(torch.complex64)),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(FUNCTION_RETURNING_VIEW_OF_INFERENCE_LEAF, {}))
+def test_function_returning_view_of_inference_leaf(name: str, mode: str) -> None:
+    check_in_mode(*FUNCTION_RETURNING_VIEW_OF_INFERENCE_LEAF[name], mode)
