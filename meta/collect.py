@@ -587,7 +587,9 @@ def _refuse_set(func: Any, tensor: torch.Tensor, fakes: Sequence[torch.Tensor], 
         for i, (fake, name) in enumerate(zip(fakes, names, strict=True))
         if fake is tensor or view_root(fake) is root
     ]
-    what = which[0] if id(tensor) in {id(f) for f in fakes} else f"a view of {' / '.join(which)}"
+    # An input itself is named itself, not the first input sharing its root (two views of one tensor).
+    itself = [f"input {i} ({name})" for i, (fake, name) in enumerate(zip(fakes, names, strict=True)) if fake is tensor]
+    what = itself[0] if itself else f"a view of {' / '.join(which)}"
     raise UnsupportedMutationError(
         f"{func} under no_grad moves {what}, which requires grad, to another geometry (size "
         f"{list(tensor.shape)}, stride {list(tensor.stride())}, offset {tensor.storage_offset()}): eager's gradients "

@@ -320,7 +320,13 @@ class MetadataMutation:
                 # reach every element the old geometry spans, the final one may span fewer.
                 size, stride, relative_offset = started[arg_idx]
                 arg = args[arg_idx]
-                source = view_root(arg) if view_root(arg).dtype == arg.dtype else arg
+                # Of a leaf view requiring grad of a root needing none, the gradient is the leaf's: from an alias of
+                # it that is no view (a counter moved by the function's set_() would take a view's history again
+                # from that root, which has none).
+                root = view_root(arg)
+                source = root if root.dtype == arg.dtype else arg
+                if arg.requires_grad and not root.requires_grad:
+                    source = history_alias(arg)
                 working[arg_idx] = source.as_strided(size, stride, arg.storage_offset() + relative_offset)
                 setattr(working[arg_idx], STANDS_FOR_LEAF, meta.input_info[arg_idx].is_leaf)
             for view_idx, base_idx in views_of_changed:
@@ -1226,6 +1232,16 @@ def _moved_up(info: InputAliasInfo) -> bool:
 
 def _restrided_leaf(arg: torch.Tensor, info: InputAliasInfo) -> torch.Tensor:
     """A tensor on ``arg``'s storage in its final geometry, standing for it while compiling."""
+    if arg._base is not None and info.is_leaf and info.requires_grad and not arg._base.requires_grad:
+        # A leaf view of a base needing none (``requires_grad_()`` on a view): at run time the layers below get the
+        # caller's view, restrided in place, so they plan for a view of that base here too (a synthetic base taken
+        # from the base, the leaf's gradient rerouted to it); one planned on a leaf of no base lost that gradient
+        # at run time (seed 28 program 1397, as ``_made_leaf``'s seed 23 program 1160).
+        # (Of a leaf on the base's memory: compiling moves no counter of the caller's.)
+        with torch.no_grad():
+            view = _leaf_on(arg._base).as_strided(arg.shape, arg.stride(), arg.storage_offset())
+        _restride(view, info)
+        return view.requires_grad_()
     leaf = _leaf_on(arg)
     _restride(leaf, info)
     leaf.requires_grad_(info.requires_grad)
