@@ -596,7 +596,12 @@ class ViewAndMutationMeta(Generic[In, Out]):
     @cached_property
     def requires_autograd(self) -> bool:
         """Whether a backward is needed: some graph-computed output has a gradient."""
-        return bool(self.traced_tangents) or any(b.is_differentiable for b in self.intermediate_bases)
+        # (A hidden base without a tangent still requires grad: eager's views of it do, without a history.)
+        return (
+            bool(self.traced_tangents)
+            or any(b.is_differentiable for b in self.intermediate_bases)
+            or any(info.no_tangent and info.is_differentiable for info in self.output_info)
+        )
 
     def describe(self) -> str:
         """The meta in words, one line per input and output."""

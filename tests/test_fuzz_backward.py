@@ -544,6 +544,8 @@ NO_GRAD_VIEW_OF_FUNCTION_OUTPUT = {
         lambda a0: (*_no_grad_view_of_function_output(lambda t: t[1:])(a0), TriplesGradOutput.apply(a0)[None]),
         _leaf_2x4,
     ),
+    # The view alone: the Function's output has no gradient, yet requires grad (a graph of its own).
+    "expand_alone": (lambda a0: _no_grad_view_of_function_output(_expand)(a0)[:1], _leaf_2x4),
     # Controls: the view taken in grad mode has a history (the gradient reaching the Function is a fresh sum);
     # a Function not writing its grad_output; a plain op.
     "expand_in_grad_mode": (_no_grad_view_of_function_output(_expand, grad_mode=True), _leaf_2x4),
