@@ -126,6 +126,20 @@ def _reinterpreted(
     return torch.view_as_real(base).as_strided(size, stride, offset)
 
 
+def _history_taken_again_in_dtype(base: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+    """``history_taken_again`` for a view of the same dtype as its base, or a complex one of real memory taken by
+    ``view_as_complex`` from a view of the base: eager's record replays that op on the base's ``as_strided`` in
+    the view's real pairs. Autograd on fakes replays every view op instead (``unflatten``'s ``view``), on the
+    base's new geometry, where they may not fit (a view's sizes)."""
+    if base.dtype == moved.dtype:
+        return history_taken_again(base, moved)
+    assert moved.is_complex() and not base.is_complex()
+    with torch.no_grad():
+        pairs = torch.view_as_real(moved.detach())
+    with torch.enable_grad():
+        return torch.view_as_complex(history_taken_again(base, pairs))
+
+
 class RequiresGradCalls(TorchFunctionMode):
     """Records the tensors the function calls ``requires_grad_()`` on. Under the caller's inference mode a view
     of an input requiring grad requires none until then; collection runs outside it, where such a view
@@ -309,11 +323,17 @@ class FreshViews(TorchFunctionMode):
             return tensor  # a leaf of its own (the function called requires_grad_() on it): no view history
         if storage_key(base) != storage_key(tensor):  # set_() moved it, or its base, to other memory
             moved_under_no_grad = id(tensor) in self._moved_under_no_grad and base.requires_grad
-            if not (moved_under_no_grad or id(base) in self._changed_bases) or base.dtype != tensor.dtype:
+            if not (moved_under_no_grad or id(base) in self._changed_bases):
+                return tensor
+            if base.dtype != tensor.dtype and (
+                self._dtype_of_base.get(id(tensor)) is tensor or not tensor.is_complex()
+            ):
+                # Taken by its dtype op from the base itself: eager's record replays that op on it, as autograd on
+                # fakes does. (A real view of a complex view: left to that replay.)
                 return tensor
             # Eager takes its history again from its base (wherever that is now) by strides, which autograd on
             # fakes does not. A view of the base so taken, set_() onto it, is the same memory with that history.
-            fresh = history_taken_again(base, tensor)
+            fresh = _history_taken_again_in_dtype(base, tensor)
             if self._on_fresh is not None:
                 self._on_fresh(fresh, tensor)
             return fresh

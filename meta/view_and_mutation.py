@@ -460,6 +460,9 @@ class OutputAliasInfo(Generic[In, Out]):
     # copy of the base laid out as the base: an autograd.Function's backward writing that copy (through this
     # value or another member) writes the input, all of the copy.
     new_value_in: tuple[In, tuple[Any, Any, Any]] | None = None
+    # Below the runtime epilogue: a hidden intermediate base each of whose outputs is a view without a history
+    # (taken under no_grad): eager's backward never sends it a gradient, so the graph takes no tangent for it.
+    no_tangent: bool = False
 
     def __post_init__(self) -> None:
         bases = {
@@ -598,13 +601,18 @@ class ViewAndMutationMeta(Generic[In, Out]):
         return tuple(
             cast(Out, i)
             for i, info in enumerate(self.output_info)
-            if info.output_type == OutputType.NON_ALIAS and info.is_differentiable
+            if info.output_type == OutputType.NON_ALIAS and info.is_differentiable and not info.no_tangent
         )
 
     @cached_property
     def requires_autograd(self) -> bool:
         """Whether a backward is needed: some graph-computed output has a gradient."""
-        return bool(self.traced_tangents) or any(b.is_differentiable for b in self.intermediate_bases)
+        # (A hidden base without a tangent still requires grad: eager's views of it do, without a history.)
+        return (
+            bool(self.traced_tangents)
+            or any(b.is_differentiable for b in self.intermediate_bases)
+            or any(info.no_tangent and info.is_differentiable for info in self.output_info)
+        )
 
     def describe(self) -> str:
         """The meta in words, one line per input and output."""

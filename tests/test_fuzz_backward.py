@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import aot
-from tests.functions import ScaledBySaved, WithSign
-from tests.oracle import assert_close, check_in_mode, derivatives
+from tests.functions import Identity, ScaledBySaved, TriplesGradOutput, WithSign
+from tests.oracle import MODES, assert_close, check_in_mode, derivatives
 
 
 def _randn(*shape: int) -> torch.Tensor:
@@ -661,3 +661,69 @@ def test_third_derivative_through_restrided_input_gradient(restride) -> None:
     eager = derivatives(fn, eager_args, 3, wrt=eager_args[:1])
     compiled = derivatives(aot.aot_function(fn, aot.nop), compiled_args, 3, wrt=compiled_args[:1])
     assert_close(compiled, eager, grad=True)
+
+
+# Seed 28, program 4944: an autograd.Function's output, returned only through a view taken under no_grad (it
+# requires grad without a history: a leaf), and summed. Eager's backward sends the Function's output the sum's
+# expanded gradient alone, which a backward writing its grad_output in place may not write (internal overlap).
+# The view's hidden base had a tangent in the graph, added to that gradient: the write ran on the sum.
+def _no_grad_view_of_function_output(view, fn=TriplesGradOutput, grad_mode=False):
+    def f(a0):
+        v2 = fn.apply(a0.t())
+        with torch.set_grad_enabled(grad_mode):
+            v3 = view(v2)
+        return (v3, v2.sum())
+
+    return f
+
+
+def _leaf_2x4():
+    return (_randn(2, 4).requires_grad_(),)
+
+
+def _strided_leaf():
+    return (_randn(2, 8)[:, ::2].detach().requires_grad_(),)
+
+
+def _expand(t):
+    return t.expand(2, 4, 2)
+
+
+def _no_grad_view_of_scaled_by_saved(a0):
+    v2 = ScaledBySaved.apply(a0.t(), torch.ones(3))
+    with torch.no_grad():
+        v3 = v2.expand(2, 4, 2)
+    return (v3, v2.sum())
+
+
+def _function_output_plain_op(a0):
+    v2 = a0.t() * 3
+    with torch.no_grad():
+        v3 = v2.expand(2, 4, 2)
+    return (v3, v2.sum())
+
+
+NO_GRAD_VIEW_OF_FUNCTION_OUTPUT = {
+    "expand_strided_leaf": (_no_grad_view_of_function_output(_expand), _strided_leaf),
+    "expand": (_no_grad_view_of_function_output(_expand), _leaf_2x4),
+    "unsqueeze": (_no_grad_view_of_function_output(lambda t: t.unsqueeze(0)), _leaf_2x4),
+    "slice": (_no_grad_view_of_function_output(lambda t: t[1:]), _leaf_2x4),
+    "two_views": (
+        lambda a0: (*_no_grad_view_of_function_output(lambda t: t[1:])(a0), TriplesGradOutput.apply(a0)[None]),
+        _leaf_2x4,
+    ),
+    # The view alone: the Function's output has no gradient, yet requires grad (a graph of its own).
+    "expand_alone": (lambda a0: _no_grad_view_of_function_output(_expand)(a0)[:1], _leaf_2x4),
+    # Controls: the view taken in grad mode has a history (the gradient reaching the Function is a fresh sum);
+    # a Function not writing its grad_output; a plain op.
+    "expand_in_grad_mode": (_no_grad_view_of_function_output(_expand, grad_mode=True), _leaf_2x4),
+    "expand_of_scaled_by_saved": (_no_grad_view_of_scaled_by_saved, _leaf_2x4),
+    "expand_of_identity": (_no_grad_view_of_function_output(_expand, Identity), _leaf_2x4),
+    "expand_of_plain_op": (_function_output_plain_op, _leaf_2x4),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(NO_GRAD_VIEW_OF_FUNCTION_OUTPUT))
+def test_no_grad_view_of_function_output_writing_grad(name, mode):
+    check_in_mode(*NO_GRAD_VIEW_OF_FUNCTION_OUTPUT[name], mode)

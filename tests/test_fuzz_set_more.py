@@ -1053,3 +1053,90 @@ def test_leaf_view_requiring_grad_set_elsewhere_refused_by_name(set_):
     compiled = aot.aot_function(_then_requires_grad(set_, "add"), functional_nop)
     with pytest.raises(UnsupportedMutationError, match=r"moves input 1 \(a1\)"):
         compiled(*_slice_and_leaf_view())
+
+
+# Seed 28, program 1208: a complex view (view_as_complex of an unflatten) of an input, which set_() under no_grad
+# then moves to memory of another shape, read after. Eager takes the view's history again as view_as_complex of
+# the input's as_strided in the view's real pairs; autograd on fakes replayed every view op on the input's new
+# geometry, where unflatten's view did not fit (was: FakeKernelError, aten.view). Moved onto memory requiring grad
+# (the program: a Function's output, expanded), the input is refused as its same-dtype variant is.
+def _complex_view_then_moved(view, onto=lambda a0: torch.zeros(16).view(2, 2, 4), read=lambda v: v.real):
+    def f(a0):
+        v2 = view(a0)
+        with torch.no_grad():
+            a0.set_(onto(a0))
+        return (read(v2).sum(),)
+
+    return f
+
+
+def _complex_of_pairs(a0):
+    return torch.view_as_complex(a0.unflatten(-1, (2, 2)))
+
+
+def _leaf_2x4():
+    return (torch.randn(2, 4, generator=_gen()).requires_grad_(),)
+
+
+def _expanded_leaf_2x4():
+    return (torch.randn(1, 4, generator=_gen()).expand(2, 4).detach().requires_grad_(),)
+
+
+def _complex_leaf_2x2():
+    return (torch.randn(2, 2, generator=_gen(), dtype=torch.complex64).requires_grad_(),)
+
+
+COMPLEX_VIEW_OF_MOVED_INPUT = {
+    "pairs_real": (_complex_view_then_moved(_complex_of_pairs), _leaf_2x4),
+    "pairs_imag": (_complex_view_then_moved(_complex_of_pairs, read=lambda v: v.imag), _leaf_2x4),
+    "pairs_of_expanded_leaf": (_complex_view_then_moved(_complex_of_pairs), _expanded_leaf_2x4),
+    "row_of_pairs": (_complex_view_then_moved(lambda a0: _complex_of_pairs(a0)[1]), _leaf_2x4),
+    "of_view_4x2": (
+        _complex_view_then_moved(
+            lambda a0: torch.view_as_complex(a0.view(4, 2)), lambda a0: torch.zeros(16).view(2, 4, 2)
+        ),
+        _leaf_2x4,
+    ),
+    "onto_function_output_made_after": (
+        _complex_view_then_moved(_complex_of_pairs, lambda a0: TriplesGradOutput.apply(a0).expand(2, 2, 4)),
+        _expanded_leaf_2x4,
+    ),
+    "same_dtype_unflatten": (
+        _complex_view_then_moved(lambda a0: a0.unflatten(-1, (2, 2)), read=lambda v: v),
+        _leaf_2x4,
+    ),
+    # A real view taken by view_as_real of the input itself: eager replays view_as_real on the moved input, whose
+    # gradient has another shape (its backward raises), as autograd on fakes does.
+    "real_of_complex_input": (
+        _complex_view_then_moved(
+            torch.view_as_real, lambda a0: torch.zeros(2, 2, 2, dtype=torch.complex64), read=lambda v: v[..., 1]
+        ),
+        _complex_leaf_2x2,
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(COMPLEX_VIEW_OF_MOVED_INPUT))
+def test_complex_view_of_input_moved_under_no_grad(name, mode):
+    check_in_mode(*COMPLEX_VIEW_OF_MOVED_INPUT[name], mode)
+
+
+def _moved_onto_function_output(view):
+    def f(a0):  # the program's order: the Function's output is made before the view
+        v1 = TriplesGradOutput.apply(a0)
+        v2 = view(a0)
+        v3 = v1.expand(2, 2, 4)
+        with torch.no_grad():
+            a0.set_(v3)
+        return (sum(t.real.sum() for t in (a0, v1, v2, v3)),)
+
+    return f
+
+
+@pytest.mark.parametrize(
+    "view", [_complex_of_pairs, lambda a0: a0.unflatten(-1, (2, 2))], ids=["complex", "same_dtype"]
+)
+def test_view_of_input_moved_onto_function_output_refused(view):
+    with pytest.raises(UnsupportedMutationError, match="set_"):
+        check_in_mode(_moved_onto_function_output(view), _expanded_leaf_2x4, "training")

@@ -115,11 +115,23 @@ class RuntimeEpilogue:
             dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
             for i in computed
         )
+        # A hidden base whose every output is a view without a history (taken under no_grad: it requires grad,
+        # a leaf) gets no gradient in eager's backward. A tangent for it in the graph would add to the gradient
+        # of what it was computed from: an autograd.Function's backward writing its grad_output in place would
+        # see that sum, not eager's gradient (an expanded one it may not write).
+        graded_bases = {
+            info.base_intermediate
+            for info in meta.output_info
+            if info.is_differentiable and (not info.is_leaf or info.history_refused)
+        }
         # The graph's arguments are this layer's: ``GraphArg`` positions are the outer ones.
         inner_meta = meta.below(
             tuple(_unmutated(info) for info in meta.input_info),
             tuple(info.renumbered(GraphArg, GraphOut) for info in computed_info)
-            + tuple(map(_without_made_leaf, meta.intermediate_bases))
+            + tuple(
+                dataclasses.replace(_without_made_leaf(base), no_tangent=k not in graded_bases)
+                for k, base in enumerate(meta.intermediate_bases)
+            )
             + new_values,
             (),  # none below: the graph returns each as an output
         )
