@@ -366,8 +366,9 @@ class _GradientArrivals:
 
     def __enter__(self) -> _GradientArrivals:
         def noting(leaf: torch.Tensor) -> Callable[[torch.Tensor], None]:
-            def note(grad: torch.Tensor) -> None:
-                self._arrived[id(leaf)] = (grad, grad._version, grad.clone())
+            def note(grad: torch.Tensor | None) -> None:
+                if grad is not None:  # (an autograd.Function's backward may send None)
+                    self._arrived[id(leaf)] = (grad, grad._version, grad.clone())
 
             return note
 
