@@ -296,8 +296,13 @@ class FreshViews(TorchFunctionMode):
             and (storage_key(stand_in[1]) == storage_key(tensor) and tensor._version != stand_in[2])
         ):
             if torch.is_grad_enabled() and tensor.requires_grad:
-                # Eager's input is the view's base: its history is taken again from the input's current one.
-                fresh = _reinterpreted(self.fresh(stand_in[1]), tensor.dtype, geometry_of(tensor))
+                # Eager's input is the view's base: its history is taken again from the input's current one,
+                # then each change autograd recorded on the view since (``v.as_strided_(...)`` in grad mode: its
+                # node is relative to the view's geometry before it, so elements past that get no gradient).
+                taken_from = self._recorded_history(tensor)
+                fresh = self._rebuilt(taken_from, stand_in[1]) if taken_from is not None else self.fresh(stand_in[1])
+                for geometry in [*self._recorded_changes(tensor), geometry_of(tensor)]:
+                    fresh = _reinterpreted(fresh, tensor.dtype, geometry)
                 if self._on_fresh is not None:
                     self._on_fresh(fresh, tensor)
                 return fresh

@@ -284,15 +284,21 @@ def _trace_joint_once(
                 {i: primal_args[i] for i in wants_grad},
                 stand_ins,
             )
-            with EagerOverlapChecks(), backward_writes, sent:
-                wanted = [primal_args[i] for i in wants_grad]
+            wanted = [primal_args[i] for i in wants_grad]
+            # Eager's leaves (the caller's, the function's own) take their gradient when it arrives.
+            eager_leaves = [p for i, p in zip(wants_grad, wanted, strict=True) if meta.input_info[i].is_leaf]
+            arrivals = _GradientArrivals([*eager_leaves, *made_leaves] if backward_writes.user_functions else [])
+            with EagerOverlapChecks(), backward_writes, sent, arrivals:
                 # (The graph kept: a stand-in's gradient goes on through its value's history after.)
-                everything = torch.autograd.grad(
-                    differentiable,
+                everything = arrivals.as_taken(
                     [*wanted, *made_leaves, *stand_in_leaves],
-                    cotangents,
-                    allow_unused=True,
-                    retain_graph=bool(stand_ins),
+                    torch.autograd.grad(
+                        differentiable,
+                        [*wanted, *made_leaves, *stand_in_leaves],
+                        cotangents,
+                        allow_unused=True,
+                        retain_graph=bool(stand_ins),
+                    ),
                 )
                 leaf_grads = everything[len(everything) - len(stand_ins) :]
                 found = _through_stand_ins(list(everything[: len(wanted)]), leaf_grads, stand_ins, wanted)
@@ -343,6 +349,47 @@ def _reaches_user_function(roots: Sequence[Any]) -> bool:
         isinstance(node, torch.autograd.function.BackwardCFunction) and _user_function(node)
         for node in autograd_nodes(roots)
     )
+
+
+class _GradientArrivals:
+    """While active, notes the gradient of each of ``leaves`` as autograd captures it, when eager's
+    AccumulateGrad would run (it runs as soon as the gradient is complete), with a copy then. Eager's
+    AccumulateGrad stores a copy of a gradient another node still holds (the same tensor sent along two edges)
+    or laid out unlike the leaf (a ``sum``'s expanded one): an autograd.Function's backward run after it, writing
+    its ``grad_output`` in place, changes the tensor captured here but not eager's ``.grad``. ``as_taken`` gives
+    the copy for each gradient written since it arrived (the copies unused are dead code in the graph)."""
+
+    def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
+        self._leaves = list(leaves)
+        self._arrived: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> _GradientArrivals:
+        def noting(leaf: torch.Tensor) -> Callable[[torch.Tensor], None]:
+            def note(grad: torch.Tensor | None) -> None:
+                if grad is not None:  # (an autograd.Function's backward may send None)
+                    self._arrived[id(leaf)] = (grad, grad._version, grad.clone())
+
+            return note
+
+        self._handles = [leaf.register_hook(noting(leaf)) for leaf in self._leaves]  # type: ignore[no-untyped-call]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def as_taken(
+        self, leaves: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]
+    ) -> list[torch.Tensor | None]:
+        """``grads`` of ``leaves``, each written after it arrived replaced by its value then."""
+        taken: list[torch.Tensor | None] = []
+        for leaf, grad in zip(leaves, grads, strict=True):
+            arrived = self._arrived.get(id(leaf))
+            if arrived is not None and grad is arrived[0] and grad._version != arrived[1]:
+                grad = arrived[2]
+            taken.append(grad)
+        return taken
 
 
 class _GradientsSent:
