@@ -97,6 +97,8 @@ class _Node:
     step: ViewStep | None = None
     # The parent's (size, stride, offset) when the step was taken.
     parent_geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # The parent needed no grad when the step was taken (a view op's step).
+    of_no_grad: bool = False
 
 
 # Dtypes eager's kernel refuses and the fake kernel accepts: the op raises there, as eager's does, before the trace
@@ -347,7 +349,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 key = self.clock * 1024 + (item or 0)
                 step = ViewStep(func, tuple(args[1:]), step_kwargs, item, grad_enabled, key, from_geometry, version)
                 self._keep.append(view)
-                self.nodes[id(view)] = _Node(view, parent, step, parent_geometry)
+                self.nodes[id(view)] = _Node(view, parent, step, parent_geometry, not first.requires_grad)
         return out
 
     def note_function_apply(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -544,7 +546,7 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 steps.append(node.step)
             else:
                 called = self.made_require_grad.get(id(node.tensor)) is node.tensor
-                steps.append(_with_requires_grad_set(node.step, node.tensor, called))
+                steps.append(_before_requires_grad(_with_requires_grad_set(node.step, node.tensor, called), node))
             later = node.tensor
             geometries.append(node.parent_geometry)
             node = node.parent
@@ -612,6 +614,15 @@ def _composite_implicit(func: Any) -> bool:
         return bool(func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd))
     except RuntimeError:  # an op the dispatcher does not know (``prim::device``)
         return False
+
+
+def _before_requires_grad(step: ViewStep, node: _Node) -> ViewStep:
+    """``step``, marked as taken before its parent's ``requires_grad_()`` where the parent needed no grad then and
+    is a leaf requiring grad now: eager's view recorded no history, and its replay records none."""
+    parent = node.parent
+    if not node.of_no_grad or parent is None or not parent.tensor.requires_grad or not is_leaf_safely(parent.tensor):
+        return step
+    return dataclasses.replace(step, before_requires_grad=True)
 
 
 def _with_requires_grad_set(step: ViewStep, view: torch.Tensor, called: bool = False) -> ViewStep:

@@ -91,6 +91,10 @@ class ViewStep:
     # mode): ``grad_enabled`` is the view's, which its creation meta keeps; autograd records no change made
     # under ``no_grad`` (eager's view then takes its history again from its base by strides).
     change_grad_enabled: bool = True
+    # The view was taken of a tensor needing no grad then, which the function made a leaf requiring grad later
+    # (``v = x.detach(); w = v.expand(...); v.requires_grad_()``): eager's view took no history then, and keeps
+    # none (it requires grad through its base, a leaf with no ``grad_fn``, as its base is).
+    before_requires_grad: bool = False
 
     def changes_view_in_place(self, tensor: torch.Tensor, own: bool) -> bool:
         """Whether the step is replayed as eager ran it, in place (on an alias of ``tensor``, a view with history
@@ -113,6 +117,13 @@ class ViewStep:
         """The step on ``tensor``; ``own``: an object the replay made itself (no caller's or graph's tensor),
         which an in-place ``set_()`` moves itself, as eager's moved its object (views taken of it before keep it
         as their ``_base``)."""
+        if self.before_requires_grad and torch.is_grad_enabled() and tensor.is_leaf and tensor.requires_grad:
+            # Taken of the leaf as eager took it, before its requires_grad_(): no history recorded.
+            tensor.requires_grad_(False)
+            try:
+                return dataclasses.replace(self, before_requires_grad=False).replay(tensor, own)
+            finally:
+                tensor.requires_grad_()
         args, kwargs, from_geometry = self.args, dict(self.kwargs), self.from_geometry
         if self.runtime_sizes:
             args, kwargs = resolve_sizes(args), {k: resolve_sizes(v) for k, v in kwargs.items()}

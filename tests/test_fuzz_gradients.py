@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from tests.functions import ScaledBySaved
+from tests.functions import ScaledBySaved, TriplesGradOutput
 from tests.oracle import check, check_in_mode
 
 
@@ -360,3 +360,45 @@ def test_used_then_unsqueezed() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(_used_then_unsqueezed, _expanded_complex_leaf_twice)
+
+
+# Seed 28 program 6364: an autograd.Function whose backward writes its grad_output in place (``TriplesGradOutput``)
+# on a view of an input that is also returned and used elsewhere. Eager's engine hands the same gradient buffer to
+# several consumers (AddBackward0 passes its grad to both sides, SumBackward0 of a 0-dim tensor expands it to a
+# view of itself) and a node's InputBuffer keeps the first gradient reaching it as it is, an alias, adding later
+# ones out of place: whether the in-place write leaks into another branch's gradient depends on which gradient
+# reached the buffer first. With a cotangent on the returned view ``v1`` too, eager's SelectBackward0 buffer holds
+# that cotangent first, so ``v1.sum()``'s branch is summed before the write (x1); the compiled function replays
+# ``v1`` outside the graph (a view of the input), its cotangent goes around the graph, and inside the graph the
+# buffer keeps ``v1.sum()``'s alias of the shared buffer, which the write then triples (x3). Reproducing it needs
+# the outputs' cotangents routed through the graph's own buffers in eager's order; refusing it needs detecting, at
+# trace time, a grad_output write whose buffer another pending gradient aliases. Neither is done yet.
+def _tripled_select_summed(a0):
+    v1 = a0.select(0, 0)
+    v2 = TriplesGradOutput.apply(v1)
+    return (v1, sum(t.real.sum() for t in (a0, v1, v2)))
+
+
+def _tripled_select_added(a0):
+    v1 = a0.select(0, 0)
+    v2 = TriplesGradOutput.apply(v1)
+    return (v1, v1.sum() + v2.sum())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a Function's backward writes a grad_output that eager's engine shares with a gradient buffered "
+    "before it; eager's result depends on the InputBuffer's arrival order, which the graph boundary changes",
+)
+@pytest.mark.parametrize("fn", [_tripled_select_summed, _tripled_select_added], ids=["summed", "added"])
+def test_function_writes_shared_grad_output(fn) -> None:
+    check(fn, lambda: (torch.randn(14, generator=_gen())[6:11].detach().requires_grad_(),))
+
+
+def test_function_writes_grad_output_of_returned_sum() -> None:
+    """Without the view returned, the graph holds every gradient as eager's engine does: eager's (x3) leak."""
+    check(
+        lambda a0: (TriplesGradOutput.apply(a0.select(0, 0)).sum() + a0.select(0, 0).sum(),),
+        lambda: (torch.randn(14, generator=_gen())[6:11].detach().requires_grad_(),),
+    )

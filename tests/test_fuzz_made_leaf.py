@@ -187,6 +187,78 @@ PROGRAMS = {
 }
 
 
+# A view taken of a tensor needing no grad (a detach(), ``.data``, a fresh tensor) before the function made that
+# tensor a leaf requiring grad (seed 28 program 6598): eager's view recorded no history then and keeps none, a leaf
+# requiring grad through its base; the replay took it of the leaf, recording ExpandBackward0.
+
+_VIEWS = {
+    "expand": lambda x: x.expand(2, 3, 3),
+    "t": lambda x: x.t(),
+    "select": lambda x: x.select(0, 1),
+    "slice": lambda x: x[1:],
+    "unsqueeze": lambda x: x.unsqueeze(0),
+}
+_OF = {"detach": lambda a: a.detach(), "data": lambda a: a.data, "fresh": lambda a: torch.zeros(3, 3)}
+
+
+def _view_before_leaf(of: str, view: str, after: bool, attribute: bool, returns: str):
+    def f(a0):
+        v0 = _OF[of](a0)
+        if after:
+            v0.requires_grad_()
+        v1 = _VIEWS[view](v0)
+        if not after:
+            if attribute:
+                v0.requires_grad = True
+            else:
+                v0.requires_grad_()
+        return {"view": (v1,), "both": (v1, v0), "used": (v1, (v1 * 2).sum())}[returns]
+
+    return f
+
+
+def _transposed_leaf():
+    return (_randn(3, 3).t().detach().requires_grad_(),)
+
+
+for _of in _OF:
+    for _view in _VIEWS:
+        PROGRAMS[f"{_of}_{_view}_before_leaf"] = (_view_before_leaf(_of, _view, False, True, "view"), _transposed_leaf)
+    PROGRAMS[f"{_of}_expand_before_leaf_call-both"] = (
+        _view_before_leaf(_of, "expand", False, False, "both"),
+        lambda: (_randn(3, 3),),
+    )
+    PROGRAMS[f"{_of}_t_before_leaf-used"] = (_view_before_leaf(_of, "t", False, False, "used"), _transposed_leaf)
+    PROGRAMS[f"{_of}_expand_after_leaf"] = (_view_before_leaf(_of, "expand", True, False, "view"), _transposed_leaf)
+
+
+def _view_of_view_before_leaf(a0):
+    v0 = a0.detach()
+    v1 = v0.t()
+    v0.requires_grad_()
+    v2 = v1[1:]
+    return (v1, v2, (v2 * 2).sum())
+
+
+def _unbound_before_leaf(a0):
+    v0 = a0.detach()
+    v1 = v0.unbind(0)
+    v0.requires_grad = True
+    return (v1[0], v1[2])
+
+
+def _used_with_leaf(a0):
+    v0 = a0.detach()
+    v1 = v0.t()
+    v0.requires_grad_()
+    return (v1, (v1 * v0).sum())
+
+
+PROGRAMS["view_of_view_before_leaf"] = (_view_of_view_before_leaf, _transposed_leaf)
+PROGRAMS["unbound_before_leaf"] = (_unbound_before_leaf, lambda: (_randn(3, 3),))
+PROGRAMS["used_with_leaf"] = (_used_with_leaf, _transposed_leaf)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_made_leaf(name: str, mode: str) -> None:
