@@ -282,6 +282,16 @@ AFTER_BASE_KNOWN_WRONG: dict[tuple[str, str], str] = {
         "(5 < 6): eager takes the view's history again from the base by strides, reaching element 5 of the "
         "product; the compiled function's gradient stops at the input's memory (fails without the squeeze_ too)"
     ),
+    # Since merged beside the recorded-first route (metadata_mutation._changes_recorded_first, h-rg): a non-leaf
+    # input that is no view, restrided in place in grad mode, reaches the layers as one alias per step; the view
+    # taken before the change, then as_strided_, is rebuilt on that route without the recorded change.
+    **{
+        (f"{change}-product", "training"): (
+            "a view of a non-leaf input taken before the input's recorded transpose_/unsqueeze_, then as_strided_ "
+            "in grad mode: on the recorded-first route its history skips the recorded change (leaf's gradient)"
+        )
+        for change in ("transposed_base", "unsqueezed_base")
+    },
 }
 
 
