@@ -24,6 +24,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import pathlib
 import random
 import re
@@ -39,6 +40,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from aot.errors import UnsupportedMutationError
+from tests import oracle
 from tests.fuzz_programs import ALL, BASELINE, FEATURES, Program, draw_program
 from tests.oracle import check
 
@@ -90,6 +92,9 @@ def _wrong(message: str) -> str:
         (r"^grad of input N: ", "grad: None vs a tensor"),
         (r"^grad of input N: (shape|dtype)", r"grad: \1"),
         (r"^grad of input N$", "grad: values"),
+        (r"^autograd.grad w.r.t. input N: ", "autograd.grad w.r.t. an input: None vs a tensor"),
+        (r"^autograd.grad w.r.t. input N$", "autograd.grad w.r.t. an input: values"),
+        (r"^inputs with history after the call", "inputs with history after the call"),
         (r"^aliasing differs", "aliasing (storage/_base of outputs)"),
         (r"^version counter bumps", "version counter bumps"),
         (r"^output structure", "output structure"),
@@ -268,7 +273,18 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--shrink-budget", type=int, default=40, help="oracle runs to shrink each class's program")
     parser.add_argument("--report", type=pathlib.Path, help="also write the report as Markdown here")
+    parser.add_argument(
+        "--input-grads",
+        default="",
+        help="also compare the gradient w.r.t. non-leaf inputs that are 'written' or 'aliased' (comma-separated):"
+        " classes known to differ, off by default (tests/oracle.py)",
+    )
     args = parser.parse_args()
+    chosen = set(args.input_grads.split(",")) - {""}
+    if chosen - {"written", "aliased"}:
+        parser.error(f"unknown --input-grads: {sorted(chosen - {'written', 'aliased'})}")
+    os.environ["AOTFX_ORACLE_INPUT_GRADS"] = args.input_grads  # a spawned worker imports tests/oracle.py anew
+    oracle.WRITTEN_INPUT_GRADS, oracle.ALIASED_INPUT_GRADS = "written" in chosen, "aliased" in chosen
     named = {"all": ALL, "baseline": BASELINE}
     features = named.get(args.features) or frozenset(args.features.split(","))
     unknown = features - ALL

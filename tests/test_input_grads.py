@@ -1,0 +1,92 @@
+"""The gradient w.r.t. inputs that are no leaf (``retain_grad()`` or ``torch.autograd.grad`` on an input after the
+call), against eager: the oracle compares it for every input requiring grad, except two classes pinned here as
+strict xfails, where eager's gradient flows through autograd nodes our single compiled node does not have (and
+torch's AOTAutograd's does not either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from tests import oracle
+from tests.oracle import check
+
+
+def _leaf(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0)).requires_grad_()
+
+
+def _non_leaf() -> tuple[torch.Tensor, torch.Tensor]:
+    return (_leaf(2, 3) * 1, _leaf(2, 3) * 2)
+
+
+def _view() -> tuple[torch.Tensor, torch.Tensor]:
+    return ((_leaf(4, 3) * 1)[1:3], _leaf(2, 3) * 2)
+
+
+# Programs the oracle compares the input gradients of by default: inputs read, viewed or restrided, not written.
+COMPARED: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
+    "read": (lambda x, y: x * y + x.sin(), _non_leaf),
+    "view_read": (lambda x, y: (x[0] * y, x.t()), _view),
+    "returned_view": (lambda x, y: (x.view(-1), y * 3), _view),
+    "restrided_non_view": (lambda x, y: (x.t_(), (x * 2).sum() + y.sum()), _non_leaf),
+    "written_other": (lambda x, y: (y.mul_(2), x * y), _non_leaf),
+}
+
+
+@pytest.mark.parametrize("name", COMPARED)
+def test_input_grads_compared(name: str) -> None:
+    fn, make_args = COMPARED[name]
+    check(fn, make_args)
+
+
+def _written_then_read(x: torch.Tensor, y: torch.Tensor) -> Any:
+    x.mul_(2)
+    return x + y, x.t()
+
+
+def _aliased_read(a: torch.Tensor, b: torch.Tensor) -> Any:
+    a.add_(1)
+    return a * 1, b * 2
+
+
+def _aliased_columns() -> tuple[torch.Tensor, torch.Tensor]:
+    storage = _leaf(24) * 1
+    return storage[0:12].view(3, 4)[:, 1], storage[12:24].view(3, 4)[:, 2]
+
+
+@pytest.fixture
+def input_grads() -> Iterator[None]:
+    saved = oracle.WRITTEN_INPUT_GRADS, oracle.ALIASED_INPUT_GRADS
+    oracle.WRITTEN_INPUT_GRADS = oracle.ALIASED_INPUT_GRADS = True
+    yield
+    oracle.WRITTEN_INPUT_GRADS, oracle.ALIASED_INPUT_GRADS = saved
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a written input's gradient flows in eager through every value later computed from it (x + y); ours "
+    "only through outputs regenerated as views of it (x.t()): the forward is one autograd node taking the input "
+    "as it was before the write. Fixing it splits the graph at the input's last write (two nodes).",
+)
+def test_gradient_wrt_written_input(input_grads: None) -> None:
+    check(_written_then_read, _non_leaf)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="inputs sharing memory are read from one synthetic base inside the graph, so the gradient reaches the "
+    "base's node, not each input's own view node that eager's passes through.",
+)
+def test_gradient_wrt_aliased_input(input_grads: None) -> None:
+    check(_aliased_read, _aliased_columns)
+
+
+def test_leaves_behind_both_classes_match() -> None:
+    """Without the input gradients, both programs match eager (values, leaves' gradients, inputs after)."""
+    check(_written_then_read, _non_leaf)
+    check(_aliased_read, _aliased_columns)
