@@ -458,7 +458,8 @@ def collect_meta(
             # Its autograd history is not a view's (an autograd.Function returning its input, say): the
             # graph computes it, and the epilogue puts it on the alias.
             if id(root) not in input_position:
-                output_info.append(info(OutputType.NON_ALIAS, hidden_view=True))
+                view_of = None if refused else _view_of(recorder, out, first_position, input_storage, grown)
+                output_info.append(info(OutputType.NON_ALIAS, hidden_view=True, view_of_output=view_of))
             elif by_function or (out._base is None and not out.is_leaf):
                 # A Function's view, or a .data/detach() alias an op with a gradient wrote in place.
                 alias = ComputedAlias(input_position[id(root)], chain, in_place=not by_function)
@@ -1061,6 +1062,29 @@ def _refuse_chain_with_traced_tensor(chain: tuple[ViewStep, ...], base: int) -> 
             "a tensor the function made (argument source): eager returns the input's view holding that "
             "memory, which the compiled function cannot return; return a clone() of it"
         )
+
+
+def _view_of(
+    recorder: ViewRecorder,
+    out: torch.Tensor,
+    first_position: dict[int, UserOut],
+    input_storage: dict[int, UserArg],
+    grown: set[int],
+) -> tuple[UserOut, tuple[ViewStep, ...]] | None:
+    """For a view with a history no replay gives (an autograd.Function's) of a tensor the function made: where
+    eager's ``_base`` is an output too, its position and the chain replaying the view from it. The caller's
+    view must share that output's memory and have it as its ``_base``, not the graph's own value of it."""
+    holder = out._base
+    if holder is None or id(holder) not in first_position:
+        return None
+    key = storage_key(holder)
+    if key != storage_key(out) or key in input_storage or key in grown:
+        return None
+    root, chain, geometry = recorder.chain_to_root(out, lambda t: t is holder)
+    chain = _sources_as_offsets(chain, holder, geometry)
+    if root is not holder or not chain or _holds_traced_tensor(chain):
+        return None
+    return first_position[id(holder)], _from_final_geometry(chain, holder, geometry)
 
 
 def _holds_traced_tensor(chain: tuple[ViewStep, ...]) -> bool:

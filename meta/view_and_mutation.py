@@ -460,6 +460,10 @@ class OutputAliasInfo(Generic[In, Out]):
     # A computed output (with a history) eager returns on memory a resize_ of an alias grew: the graph computes
     # its history, the caller gets it on that memory (a hidden ``whole_storage`` base), taken again by the step.
     on_storage: tuple[IntermediateBase, ViewStep] | None = None
+    # A computed output (an autograd.Function's view of a tensor the function made) whose eager ``_base`` the
+    # caller gets too, as output ``Out`` (the chain from it): the graph computes its history, the caller gets
+    # it on that view of the output (eager's ``_base``, memory shared).
+    view_of_output: tuple[Out, tuple[ViewStep, ...]] | None = None
     # A hidden intermediate base that is all of its witness's storage, which a resize_ of an alias grew past
     # every tensor on it: the graph returns the whole memory, its outputs are taken again on it.
     whole_storage: bool = False
@@ -497,6 +501,10 @@ class OutputAliasInfo(Generic[In, Out]):
             raise ValueError(f"{self.output_type}: only a computed output is a computed alias of an input")
         if self.on_storage is not None and self.output_type != OutputType.NON_ALIAS:
             raise ValueError(f"{self.output_type}: only a computed output is put on a grown storage")
+        if self.view_of_output is not None and not (
+            self.output_type == OutputType.NON_ALIAS and self.view_of_output[1]
+        ):
+            raise ValueError(f"{self.output_type}: only a computed output is put on a view of another output")
         if self.new_value_of is not None and self.output_type != OutputType.NON_ALIAS:
             raise ValueError(f"{self.output_type}: only a computed output is an input's new value")
         if self.after_set and self.output_type != OutputType.ALIAS_OF_INPUT:
@@ -509,7 +517,7 @@ class OutputAliasInfo(Generic[In, Out]):
         """This info in another stage's index spaces: each input index through ``arg`` (None: an input not
         passed there, of which a computed output is no alias), each output index through ``out``."""
         alias, base, new_value_of = self.computed_alias, self.base_input, self.new_value_of
-        new_value_in = self.new_value_in
+        new_value_in, view_of = self.new_value_in, self.view_of_output
         to = None if alias is None else arg(alias.base_input)
         return dataclasses.replace(
             cast("OutputAliasInfo[In2, Out2]", self),  # every index field is replaced here
@@ -517,6 +525,7 @@ class OutputAliasInfo(Generic[In, Out]):
             base_output=None if self.base_output is None else out(self.base_output),
             computed_alias=None if alias is None or to is None else ComputedAlias(to, alias.view_chain, alias.in_place),
             new_value_of=None if new_value_of is None else arg(new_value_of),
+            view_of_output=None if view_of is None else (out(view_of[0]), view_of[1]),
             new_value_in=None if new_value_in is None else _renumbered_in(arg, *new_value_in),
         )
 
@@ -582,6 +591,11 @@ class ViewAndMutationMeta(Generic[In, Out]):
                 base_type = self.output_info[info.base_output].output_type
                 if info.output_type == OutputType.ALIAS_OF_INTERMEDIATE and base_type != OutputType.NON_ALIAS:
                     raise ValueError(f"{where}: base output {info.base_output} is itself an alias")
+            if info.view_of_output is not None:
+                of = info.view_of_output[0]
+                # (Eager's ``_base`` is never a view of another tensor: it is no Function's view itself.)
+                if not 0 <= of < num_outputs or of == out_idx or self.output_info[of].view_of_output is not None:
+                    raise ValueError(f"{where}: output {of} is no other output to be a view of")
             if info.base_intermediate is not None:
                 if not 0 <= info.base_intermediate < len(self.intermediate_bases):
                     raise ValueError(f"{where}: intermediate base {info.base_intermediate} out of range")
@@ -644,6 +658,8 @@ class ViewAndMutationMeta(Generic[In, Out]):
                 base = f" of output {out.base_output}"
             elif out.base_intermediate is not None:
                 base = f" of hidden intermediate {out.base_intermediate}"
+            elif out.view_of_output is not None:
+                base = f" on a view of output {out.view_of_output[0]}"
             chain = " via " + ".".join(map(str, out.view_chain)) if out.view_chain else ""
             grad = "requires grad" if out.requires_grad else "no grad"
             lines.append(f"output {i}: {out.output_type.value}{base}{chain}; {grad}")

@@ -112,7 +112,9 @@ class RuntimeEpilogue:
         # Below, a Function's view of an input is a computed output like any other; a leaf the function
         # called requires_grad_() on is a value without history (no tangent).
         computed_info = tuple(
-            dataclasses.replace(_without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None)
+            dataclasses.replace(
+                _without_made_leaf(meta.output_info[i]), computed_alias=None, on_storage=None, view_of_output=None
+            )
             for i in computed
         )
         # A hidden base whose every output is a view without a history (taken under no_grad: it requires grad,
@@ -259,6 +261,9 @@ class _Step:
             on_memory = replay_views(graph_outs[self.source], self.chain, made)
             with uncounted(on_memory):
                 outs[self.out] = with_history(AdoptHistory, on_memory, outs[self.out])
+        elif op == "view_of_output":  # a Function's view of a tensor the function made and returned: eager's
+            of_output = replay_views(outs[self.source], self.chain, made)  # is a view of that output
+            outs[self.out] = with_history(ViewWithHistory, of_output, outs[self.out])
         elif op == "input":
             outs[self.out] = args[self.source]
         elif op == "output":
@@ -322,6 +327,11 @@ class _Step:
                 if info.is_leaf:  # a view of it taken under no_grad: no history, as eager's
                     with_view = f"{of} if {of}.is_leaf else {with_view}"
                 source.line(f"{out} = {with_view}")
+        elif op == "view_of_output":
+            of = source.fresh("of_output")
+            source.line(f"{of} = {n.replay}({n.outs[self.source]}, {chain}, {n.made})")
+            history = source.const(with_history, "with_history")
+            source.line(f"{out} = {history}({source.const(ViewWithHistory, 'ViewWithHistory')}, {of}, {current})")
         elif op == "input":
             source.line(f"{out} = {n.args}[{self.source}]")
         elif op == "output":
@@ -367,7 +377,8 @@ def _plan(
     for out_idx in _replay_order(infos):
         info = infos[out_idx]
         if info.output_type == OutputType.NON_ALIAS:
-            steps.append(_Step("graph", out_idx, out_to_graph[BaseOut(out_idx)], flag=info.hidden_view, info=info))
+            as_view = info.hidden_view and info.view_of_output is None  # (else a view of that output, below)
+            steps.append(_Step("graph", out_idx, out_to_graph[BaseOut(out_idx)], flag=as_view, info=info))
         elif info.replay_before_write_back:
             assert info.base_input is not None
             slot = counters.slot_of(info.base_input)
@@ -376,12 +387,15 @@ def _plan(
         pairs = tuple((int(arg), int(graph_out)) for arg, graph_out, _ in writes)
         steps.append(_Step("write_back", writes=pairs, write_infos=tuple(info for _, _, info in writes)))
         steps.append(_Step("finish", counters=counters))
-    for out_idx in _replay_order(infos):
+    for out_idx in _after_bases(infos, _replay_order(infos)):
         info = infos[out_idx]
         kind, alias = info.output_type, info.computed_alias
         if alias is not None:
             chain = alias.view_chain
             steps.append(_Step("function_view", out_idx, alias.base_input, chain, flag=alias.in_place, info=info))
+        if info.view_of_output is not None:
+            base_out, chain = info.view_of_output
+            steps.append(_Step("view_of_output", out_idx, base_out, chain, info=info))
         if info.on_storage is not None:
             base_k, view = info.on_storage
             steps.append(_Step("on_storage", out_idx, base_to_graph[base_k], (view,), info=info))
@@ -430,6 +444,20 @@ def _replay_order(infos: tuple[OutputAliasInfo[Any, Any], ...]) -> list[int]:
         return (0, *((step.in_place, step.key) for step in info.view_chain))
 
     return sorted(range(len(infos)), key=path)
+
+
+def _after_bases(infos: tuple[OutputAliasInfo[Any, Any], ...], order: list[int]) -> list[int]:
+    """``order`` with each output put on a view of another output (and each repeat of it) after that output:
+    the view is taken of the output's final object."""
+    position = {out_idx: k for k, out_idx in enumerate(order)}
+
+    def key(out_idx: int) -> float:
+        info = infos[out_idx]
+        first = info.base_output if info.output_type == OutputType.IS_OUTPUT else out_idx
+        view_of = infos[first].view_of_output if first is not None else None
+        return position[out_idx] if view_of is None else max(position[out_idx], position[view_of[0]]) + 0.5
+
+    return sorted(order, key=key)
 
 
 def _as_root(base: torch.Tensor) -> torch.Tensor:
