@@ -1510,7 +1510,11 @@ class _RequiresGradInside(TorchFunctionMode):
         # autograd did not record (nothing requiring grad yet) leaves the view's record where it was, so a read
         # after the alias's requires_grad_() takes its history again from the input (seed 23 program 1418).
         in_place = in_place and torch.is_grad_enabled() and out.requires_grad
-        self._record_views(args, kwargs, out, in_place)
+        # set_() puts its target on the source's memory but makes it no view of the source: autograd keeps taking
+        # the target's history from the base it had (seed 29 program 1256: a view of another input set_() onto an
+        # alias, which requires_grad_() then, differentiated that base, not the alias's input).
+        if not (is_set or name == "set_"):
+            self._record_views(args, kwargs, out, in_place)
         return out
 
 
