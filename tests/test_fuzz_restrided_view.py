@@ -102,6 +102,66 @@ PROGRAMS = {
     "transposed_then_moved_up_rows": (_transposed_then_moved_up, _rows_of_leaf),
 }
 
+
+# Seed 29 program 67: a view of a leaf used, then under ``no_grad`` restrided over every other element of it
+# (``as_strided_((2,), (2,), 0)``): its final geometry skips memory between its elements, which the use before
+# read. The compiled function's gradient for the input covers its elements only, so the skipped elements' came back
+# zero; such an input is taken from memory spanning its storage (a synthetic base), as one reaching past its end is.
+def _column_of_leaf():
+    return (torch.randn(3, 1, generator=_gen()).requires_grad_().expand(3, 4),)
+
+
+def _column_of_non_leaf():
+    return ((torch.randn(3, 1, generator=_gen()).requires_grad_() * 1).expand(3, 4),)
+
+
+def _flat_view_of_leaf():
+    return (torch.randn(3, 1, generator=_gen()).requires_grad_().view(3),)
+
+
+def _rows_view_of_leaf():
+    return (torch.randn(6, generator=_gen()).requires_grad_().view(2, 3),)
+
+
+def _used_then_every_other(a0):
+    v0 = a0 * 2
+    with torch.set_grad_enabled(False):
+        a0.as_strided_((2,), (2,), 0)
+    return (sum(t.real.sum() for t in (a0, v0)),)
+
+
+def _used_then_every_other_unused(a0):
+    v0 = a0 * 2
+    with torch.no_grad():
+        a0.as_strided_((2,), (2,), 0)
+    return (v0.sum(), a0)
+
+
+def _used_then_gapped_rows(a0):
+    v0 = a0.exp()
+    with torch.no_grad():
+        a0.as_strided_((2, 2), (3, 2), 0)
+    return (a0 * 3, v0.sum())
+
+
+def _used_then_every_other_above(a0):
+    v0 = a0.sin()
+    with torch.no_grad():
+        a0.as_strided_((2,), (2,), 1)
+    return (a0.sum() + v0.sum(),)
+
+
+PROGRAMS |= {
+    "used_then_every_other_column": (_used_then_every_other, _column_of_leaf),
+    "used_then_every_other_column_non_leaf": (_used_then_every_other, _column_of_non_leaf),
+    "used_then_every_other_flat": (_used_then_every_other, _flat_view_of_leaf),
+    "used_then_every_other_unused_column": (_used_then_every_other_unused, _column_of_leaf),
+    "used_then_every_other_unused_flat": (_used_then_every_other_unused, _flat_view_of_leaf),
+    "used_then_gapped_rows": (_used_then_gapped_rows, _rows_view_of_leaf),
+    "used_then_every_other_above_rows": (_used_then_every_other_above, _rows_view_of_leaf),
+    "used_then_every_other_above_front": (_used_then_every_other_above, _front_of_leaf),
+}
+
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
@@ -109,6 +169,12 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 def test_restrided_view_class(name, mode):
     fn, make_args = PROGRAMS[name]
     check_in_mode(fn, make_args, mode)
+
+
+def test_gapped_view_entry_reused():
+    """Program 67 compiled on an expanded column of a leaf, its entry reused for a flat view of one."""
+    compiled = check(_used_then_every_other, _column_of_leaf)
+    check(_used_then_every_other, _flat_view_of_leaf, compiled_fn=compiled)
 
 
 def test_restrided_view_entry_reused():
