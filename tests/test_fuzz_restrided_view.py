@@ -162,6 +162,42 @@ PROGRAMS |= {
     "used_then_every_other_above_front": (_used_then_every_other_above, _front_of_leaf),
 }
 
+
+# A non-leaf requiring grad that is no view, used, then restrided under ``no_grad`` (found beside program 67): eager's
+# keeps its history through the change, so uses before and after reach it index by index in the geometry it had (the
+# engine sums a gradient of another shape to it, or refuses it). The compiled function differentiated it in its
+# final geometry: a permuted one got a permuted gradient, a smaller one a backward error eager has not.
+def _non_leaf(*shape):
+    def make():
+        return (torch.randn(*shape, generator=_gen()).requires_grad_() * 1,)
+
+    make.__name__ = f"_non_leaf_{'x'.join(map(str, shape))}"
+    return make
+
+
+def _used_then_restrided(size, stride, returns):
+    def f(a0):
+        v0 = a0 * torch.arange(a0.numel()).view(a0.shape)
+        with torch.no_grad():
+            a0.as_strided_(size, stride, 0)
+        w0 = a0.exp()
+        return {"before": (v0.sum(),), "after": (w0.sum(),), "both": (v0.sum() + w0.sum(), a0)}[returns]
+
+    return f
+
+
+PROGRAMS |= {
+    f"non_leaf_{geometry}_{returns}": (_used_then_restrided(size, stride, returns), _non_leaf(*shape))
+    for geometry, shape, size, stride in (
+        ("every_other", (3,), (2,), (2,)),
+        ("front", (3,), (2,), (1,)),
+        ("unsqueezed", (3,), (3, 1), (1, 1)),
+        ("permuted", (2, 3), (2, 3), (1, 2)),
+        ("flattened_permuted", (2, 3), (6,), (1,)),
+    )
+    for returns in ("before", "after", "both")
+}
+
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 

@@ -166,8 +166,13 @@ class MetadataMutation:
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        # Not a non-leaf that is no view: eager's keeps its history through the change, which uses before and after
+        # reach index by index in the geometry it had (``KEEPS_OWN_HISTORY``), none in the final one (seed 29).
         restrided = tuple(
-            i for i in mutated if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+            i
+            for i in mutated
+            if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+            and not (i in no_views and meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf)
         )
         self._restrided = restrided
         restrided_first = tuple(
