@@ -30,6 +30,7 @@ __all__ = [
     "expanded_dims",
     "fake_input",
     "fake_inputs",
+    "has_gaps",
     "has_version_counter",
     "how_made",
     "intersect",
@@ -142,6 +143,21 @@ def overlaps_itself(shape: Sequence[int], stride: Sequence[int]) -> bool:
     )
     for step, size in dims:
         if guard_or_true(step <= spanned):
+            return True
+        spanned += (size - 1) * step
+    return False
+
+
+def has_gaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether memory between a tensor's elements is none of them (``x[::2]``, ``as_strided((2,), (2,))``): by
+    increasing stride, some step passes over an element nothing smaller reached."""
+    # A size that depends on data (an unbacked symbol) is not known: each check errs towards a gap.
+    spanned = 0
+    dims = sorted(
+        (abs(st), n) for n, st in zip(shape, stride, strict=True) if guard_or_true(st != 0) and guard_or_true(n > 1)
+    )
+    for step, size in dims:
+        if guard_or_true(step > spanned + 1):
             return True
         spanned += (size - 1) * step
     return False

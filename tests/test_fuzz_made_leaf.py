@@ -328,3 +328,80 @@ FUNCTION_AFTER_MADE_LEAF_CASES = {
 @pytest.mark.parametrize("name", FUNCTION_AFTER_MADE_LEAF_CASES)
 def test_function_in_backward_of_made_leaf(name: str, mode: str) -> None:
     check_in_mode(*FUNCTION_AFTER_MADE_LEAF_CASES[name], mode)
+
+
+# Seed 29 program 1256: another input (a view of a base requiring grad, or a leaf) set_() under no_grad onto an input
+# the function makes a leaf, before or after its requires_grad_(). set_() makes it no view of that input: eager
+# takes its history again from its own base (or keeps the leaf's), and the made leaf's gradient is its own uses'.
+# The compiled function took the moved input for a view of the made leaf, whose gradient got the moved one's uses
+# too, and its own base none.
+def _set_onto_made_leaf(onto, leaf_first=False):
+    def f(a0, a1):
+        if leaf_first:
+            a1.requires_grad_()
+        with torch.no_grad():
+            a0.set_(onto(a1))
+        a1.requires_grad_()
+        return (a0, _total(a0, a1))
+
+    return f
+
+
+def _set_onto_made_leaf_in_enable_grad(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1)
+    with torch.enable_grad():
+        a1.requires_grad_()
+        return (a0 * a1).sum()
+
+
+def _set_onto_made_leaf_views_out(a0, a1):
+    with torch.no_grad():
+        a0.set_(a1)
+    a1.requires_grad_()
+    return (a0[1:3], a1[::2], a0.exp().sum())
+
+
+def _view_of_made_leaf_set_within(a0, a1):
+    v = a1[:2]
+    with torch.no_grad():
+        v.set_(a1[2:4])  # a view of the input set_() onto its memory: eager's history is taken again from it
+    a1.requires_grad_()
+    return (v, v.sum() * 2 + a0.sum())
+
+
+def _view_of_grad_base_and_plain():
+    s0 = _randn(7).requires_grad_() * 1
+    return (s0[1:5].view(2, 2), _randn(5, seed=1))
+
+
+def _view_of_leaf_and_plain():
+    return (_randn(7).requires_grad_()[1:5].view(2, 2), _randn(5, seed=1))
+
+
+def _leaf_and_plain():
+    return (_randn(2, 2).requires_grad_(), _randn(5, seed=1))
+
+
+def _plain_view_and_plain():
+    return (_randn(7)[1:5].view(2, 2), _randn(5, seed=1))
+
+
+SET_ONTO_MADE_LEAF = {
+    f"{how}-{args.__name__[1:]}": (fn, args)
+    for how, fn in {
+        "onto": _set_onto_made_leaf(lambda t: t),
+        "onto_after_leaf": _set_onto_made_leaf(lambda t: t, leaf_first=True),
+        "onto_view": _set_onto_made_leaf(lambda t: t[1:4]),
+        "onto_then_enable_grad": _set_onto_made_leaf_in_enable_grad,
+        "views_out": _set_onto_made_leaf_views_out,
+        "view_of_made_leaf": _view_of_made_leaf_set_within,
+    }.items()
+    for args in (_view_of_grad_base_and_plain, _view_of_leaf_and_plain, _leaf_and_plain, _plain_view_and_plain)
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", SET_ONTO_MADE_LEAF)
+def test_set_onto_input_made_leaf(name: str, mode: str) -> None:
+    check_in_mode(*SET_ONTO_MADE_LEAF[name], mode)

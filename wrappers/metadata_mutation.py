@@ -166,8 +166,13 @@ class MetadataMutation:
             and _elements_reached_change(meta.input_info[i], outer.args[i])
         )
         self._written_changed = written_changed
+        # Not a non-leaf that is no view: eager's keeps its history through the change, which uses before and after
+        # reach index by index in the geometry it had (``KEEPS_OWN_HISTORY``), none in the final one (seed 29).
         restrided = tuple(
-            i for i in mutated if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+            i
+            for i in mutated
+            if _restrided_inside(meta.input_info[i], outer.args[i], i in self._grad_from_inside)
+            and not (i in no_views and meta.input_info[i].requires_grad and not meta.input_info[i].is_leaf)
         )
         self._restrided = restrided
         restrided_first = tuple(
@@ -1510,7 +1515,11 @@ class _RequiresGradInside(TorchFunctionMode):
         # autograd did not record (nothing requiring grad yet) leaves the view's record where it was, so a read
         # after the alias's requires_grad_() takes its history again from the input (seed 23 program 1418).
         in_place = in_place and torch.is_grad_enabled() and out.requires_grad
-        self._record_views(args, kwargs, out, in_place)
+        # set_() puts its target on the source's memory but makes it no view of the source: autograd keeps taking
+        # the target's history from the base it had (seed 29 program 1256: a view of another input set_() onto an
+        # alias, which requires_grad_() then, differentiated that base, not the alias's input).
+        if not (is_set or name == "set_"):
+            self._record_views(args, kwargs, out, in_place)
         return out
 
 

@@ -27,7 +27,15 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from meta.errors import UnsupportedMutationError
 from meta.indices import BaseArg, BaseOut, RestridedArg, RestridedOut
 from meta.stand_ins import leaf_standing_for
-from meta.storage import clone_at_offset, leaf_of_ungraded_base, overlaps, storage_extent, storage_key, view_root
+from meta.storage import (
+    clone_at_offset,
+    has_gaps,
+    leaf_of_ungraded_base,
+    overlaps,
+    storage_extent,
+    storage_key,
+    view_root,
+)
 from meta.versions import Counters, counter_groups
 from meta.view_and_mutation import (
     ComputedAlias,
@@ -72,7 +80,10 @@ def _needs_own_memory(arg: torch.Tensor, info: InputAliasInfo) -> bool:
         # Below its elements too (``reaches_below``): an input restrided before the call (its geometry changed
         # under no_grad) sits at its final offset, while the function's uses before the change read the old
         # geometry, which may lie lower; the base spans from the storage's start then (offsets matter).
-        reaches_outside = reaches_past or (info.offset_sensitive and info.reaches_below)
+        # Between its elements too (seed 29 program 67: a view ``as_strided_((2,), (2,), 0)`` under no_grad after
+        # a use of the elements it then skips): the gradient of an input covers its elements only.
+        gaps = has_gaps(arg.shape, arg.stride())
+        reaches_outside = reaches_past or (info.offset_sensitive and (info.reaches_below or gaps))
         return info.requires_grad and not info.is_leaf and info.version_bumps > 0 and reaches_outside
     dense = is_non_overlapping_and_dense_or_false(arg)
     return not dense or reaches_past or (info.offset_sensitive and arg.storage_offset() != 0)
