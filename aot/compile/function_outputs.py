@@ -8,12 +8,14 @@ backward (which need not be its forward's derivative). While the joint's forward
 :class:`FunctionOutputs` marks each output node of an ``apply`` with the application, and functionalization
 (:func:`mark_function_arguments`) the node of each argument's value at that point with its position in it:
 the higher-order backward applies the Function again to the recomputed arguments (:func:`emit_reapply`).
+An argument nothing reads (neither the Function's forward nor its backward) is dead in the graphs: before
+functionalization removes it, :func:`record_dead_arguments` keeps how to compute it from the primals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +23,8 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, has_proxy_slot
 from torch.overrides import TorchFunctionMode
+
+from aot.compile.descriptors import DESC, Primal
 
 __all__ = [
     "FUNCTION_APPLIED",
@@ -30,6 +34,7 @@ __all__ = [
     "FunctionOutputs",
     "emit_reapply",
     "mark_function_arguments",
+    "record_dead_arguments",
 ]
 
 # Node meta: (FunctionApply, index of the output among apply's, None where apply returned one tensor).
@@ -54,6 +59,9 @@ class FunctionApply:
     dirty_positions: frozenset[int]  # tensors apply returned as they are (marked dirty): cloned when applied again
     draws: bool  # its forward draws random numbers: applied again, it would draw others
     complete: bool  # every tensor argument and output was traced as a node, each output a node of its own
+    # Arguments dead in the graphs, by leaf position: a graph computing each from primals (named as the joint's
+    # placeholders). Filled by functionalization (``record_dead_arguments``), after the trace made the apply.
+    dead_arguments: dict[int, fx.GraphModule] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -136,6 +144,49 @@ def mark_function_arguments(node: fx.Node, read: Callable[[fx.Node], Any]) -> No
         value = read(argument)
         if isinstance(value, fx.Node):
             value.meta[FUNCTION_ARGS] = (*value.meta.get(FUNCTION_ARGS, ()), (apply, position))
+
+
+def record_dead_arguments(gm: fx.GraphModule) -> None:
+    """Before ``gm``'s dead code goes, record on each FunctionApply how to compute its arguments that are dead
+    (nothing reads them: the Function's forward and backward ignore them) from the primals, for the higher-order
+    backward to apply the Function again to them; eager's second derivative through such an argument goes
+    through the Function's backward, not through the forward's ops that would recompute its output."""
+    dead = [node for node in gm.graph.nodes if FUNCTION_ARGS in node.meta]
+    if not dead:
+        return
+    live: set[fx.Node] = set()
+    for node in reversed(gm.graph.nodes):  # (as ``eliminate_dead_code`` keeps them)
+        if node.op in ("output", "placeholder") or node.is_impure() or any(user in live for user in node.users):
+            live.add(node)
+    for node in dead:
+        if node in live:
+            continue
+        recipe = _computation_from_primals(gm, node)
+        if recipe is not None:
+            for apply, position in node.meta[FUNCTION_ARGS]:
+                apply.dead_arguments.setdefault(position, recipe)
+
+
+def _computation_from_primals(gm: fx.GraphModule, value: fx.Node) -> fx.GraphModule | None:
+    """A graph computing ``value`` from the primals it reads (placeholders named as ``gm``'s); None where it
+    reads another input or draws random numbers (drawn again, it would differ)."""
+    cone = {value}
+    stack = [value]
+    while stack:
+        for source in stack.pop().all_input_nodes:
+            if source not in cone:
+                cone.add(source)
+                stack.append(source)
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node not in cone:
+            continue
+        if (node.op == "placeholder" and not isinstance(node.meta.get(DESC), Primal)) or _draws(node):
+            return None
+        env[node] = graph.placeholder(node.name) if node.op == "placeholder" else graph.node_copy(node, env.__getitem__)
+    graph.output([env[value]])
+    return fx.GraphModule(gm, graph, "DeadArgument")
 
 
 def _reapply(apply: FunctionApply) -> Callable[..., Any]:
