@@ -284,28 +284,40 @@ def test_function_with_dead_argument_first_order(fn, make_args, mode) -> None:
     check_in_mode(fn, make_args, mode)
 
 
-def _recomputed_in_backward(x, w):
-    # ExpWithOtherBackward's output is F's argument and is saved: the partitioner recomputes it in the backward.
-    return (_IgnoresSecondGradsBoth.apply(x, ExpWithOtherBackward.apply(w)).sin(),)
+# A Function's output that is another Function's argument and saved: the partitioner recomputes it in the backward,
+# where the higher-order backward applies the Function again too.
+def _saved_function_output(x, w):
+    return ExpWithOtherBackward.apply(w)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Function's output (ExpWithOtherBackward's) that the partitioner recomputes in the backward is copied "
-    "into the higher-order backward as its forward's ops (plain exp), not applied again: the second derivative "
-    "goes through exp's derivative, not the Function's backward (higher_order.plan_higher_order copies the "
-    "backward's nodes, and a reapplied Function's arguments taken from the backward, without reapplied)",
-)
+def _saved_function_output_of_intermediate(x, w):
+    return ExpWithOtherBackward.apply(w * 2)[1:]
+
+
+RECOMPUTED_IN_BACKWARD = [
+    pytest.param(
+        _dead_argument(function, argument),
+        make_args,
+        id=f"{function.__name__}-{argument.__name__}-{make_args.__name__.lstrip('_')}",
+    )
+    for function in (_IgnoresSecondOtherBackward, _IgnoresSecondGradsBoth)
+    for argument in (_saved_function_output, _saved_function_output_of_intermediate)
+    for make_args in (_x_and_w, _x_and_nonleaf_w)
+]
+
+
 @pytest.mark.parametrize("order", [2, 3])
-def test_function_output_recomputed_in_backward(order) -> None:
-    eager = derivatives(_recomputed_in_backward, list(_x_and_w()), order)
-    compiled = derivatives(aot.aot_function(_recomputed_in_backward, aot.nop), list(_x_and_w()), order)
+@pytest.mark.parametrize(("fn", "make_args"), RECOMPUTED_IN_BACKWARD)
+def test_function_output_recomputed_in_backward(fn, make_args, order) -> None:
+    eager = derivatives(fn, list(make_args()), order)
+    compiled = derivatives(aot.aot_function(fn, aot.nop), list(make_args()), order)
     assert_close(compiled, eager, grad=True)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_function_output_recomputed_in_backward_first_order(mode) -> None:
-    check_in_mode(_recomputed_in_backward, _x_and_w, mode)
+@pytest.mark.parametrize(("fn", "make_args"), RECOMPUTED_IN_BACKWARD)
+def test_function_output_recomputed_in_backward_first_order(fn, make_args, mode) -> None:
+    check_in_mode(fn, make_args, mode)
 
 
 # Writes the graphs hold functionalized, as aten.copy (no derivative in torch) and as_strided_scatter (torch's

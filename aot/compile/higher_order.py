@@ -189,33 +189,48 @@ def _recomputed(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: 
     saved = _saved_nodes(forward, num_outputs)
     fed = _fed(forward, saved)
     found_forward, found_backward = _applied_arguments(forward), _applied_arguments(backward)
+    primals = {node.name: node for node in _placeholders(forward)}
+
+    def reapplied_to(node: fx.Node, in_backward: bool) -> tuple[list[_Argument], list[fx.Node]] | None:
+        """The arguments ``node``'s Function is applied again to, and the forward's nodes they are computed from
+        (an argument of the backward, for a node of the backward, is copied before it there)."""
+        # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
+        # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
+        if FUNCTION_OUTPUT not in node.meta or node.meta.get(NO_HISTORY) or node.meta[FUNCTION_OUTPUT][0].draws:
+            return None
+        arguments = _function_arguments(node.meta[FUNCTION_OUTPUT][0], found_forward, found_backward)
+        if arguments is None:
+            return None
+        sources: list[fx.Node] = []
+        for argument in arguments:
+            if isinstance(argument, fx.GraphModule):
+                names = [placeholder.name for placeholder in _placeholders(argument)]
+                more = [primals[name] for name in names] if set(names) <= primals.keys() else None
+            elif argument.graph is backward.graph:
+                more = [] if in_backward else _saved_sources(argument, backward, saved)
+            else:
+                more = [argument]
+            if more is None:
+                return None
+            sources += more
+        return arguments, sources
+
     needed: set[fx.Node] = set()
     reapplied: dict[fx.Node, list[_Argument]] = {}
-    primals = {node.name: node for node in _placeholders(forward)}
     stack = [node for node in saved if isinstance(node, fx.Node) and node not in fed]
+    # A Function's output the partitioner recomputes in the backward (from saved values) is applied again there too.
+    for node in backward.graph.nodes:
+        if (found := reapplied_to(node, True)) is not None:
+            reapplied[node] = found[0]
+            stack.extend(found[1])
     while stack:
         node = stack.pop()
         if node in needed or node in fed:
             continue
         needed.add(node)
         inputs = node.all_input_nodes
-        # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
-        # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
-        if FUNCTION_OUTPUT in node.meta and not node.meta.get(NO_HISTORY) and not node.meta[FUNCTION_OUTPUT][0].draws:
-            apply = node.meta[FUNCTION_OUTPUT][0]
-            arguments = _function_arguments(apply, found_forward, found_backward)
-            sources: list[fx.Node] | None = []
-            for argument in arguments or ():
-                if isinstance(argument, fx.GraphModule):
-                    names = [node.name for node in _placeholders(argument)]
-                    more = [primals[name] for name in names] if set(names) <= primals.keys() else None
-                elif argument.graph is backward.graph:
-                    more = _saved_sources(argument, backward, saved)
-                else:
-                    more = [argument]
-                sources = None if more is None or sources is None else [*sources, *more]
-            if arguments is not None and sources is not None:
-                reapplied[node], inputs = arguments, sources
+        if (found := reapplied_to(node, False)) is not None:
+            reapplied[node], inputs = found
         stack.extend(inputs)
     return _Recomputation(saved, fed, needed, reapplied)
 
@@ -291,7 +306,7 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
                             f"autograd.Function ({node.name}) is computed from {saved[k].name} only after it"
                         )
                     env[placeholder] = env[saved[k]]
-            _copy_nodes(graph, root, backward, sources, env, detached, "backward")
+            _copy_nodes(graph, root, backward, sources, env, detached, "backward", recomputation.reapplied, argument)
         return env[node]
 
     _copy_nodes(graph, root, forward, needed, env, detached, "forward", recomputation.reapplied, argument)
@@ -302,7 +317,9 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
             env[node] = env[value] if isinstance(value, fx.Node) else value
         else:
             env[node] = _placeholder(graph, node)
-    _copy_nodes(graph, root, backward, set(backward.graph.nodes), env, detached, "backward")
+    _copy_nodes(
+        graph, root, backward, set(backward.graph.nodes), env, detached, "backward", recomputation.reapplied, argument
+    )
     grads = output_values(backward)[: len(primals)]
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
