@@ -172,11 +172,58 @@ class _IgnoresSecondOtherBackward(_IgnoresSecond):
     factor = 3
 
 
-def _dead_argument(function):
+class _IgnoresSecondGradsBoth(torch.autograd.Function):
+    """Doubles ``x``, ignoring ``other``; ``backward`` gives ``other`` a gradient that reads no value of it either."""
+
+    @staticmethod
+    def forward(ctx, x, other):
+        ctx.shape = other.shape
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3, grad.sum() * torch.full(ctx.shape, 0.5)
+
+
+def _dead_argument(function, argument):
     def fn(x, w):
-        return (function.apply(x, w * 3).sin(),)
+        return (function.apply(x, argument(x, w)).sin(),)
 
     return fn
+
+
+def _tripled(x, w):
+    return w * 3
+
+
+def _view_of_intermediate(x, w):  # a view of a value nothing else reads
+    return w.exp()[1:]
+
+
+def _from_both(x, w):
+    return x.sum() * w
+
+
+def _detached(x, w):
+    return w.detach() * 2
+
+
+class _SquareWithOtherBackward(torch.autograd.Function):
+    """``w * w``, saving its input only (its output is dead where nothing else reads it); backward: another."""
+
+    @staticmethod
+    def forward(ctx, w):
+        ctx.save_for_backward(w)
+        return w * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        (w,) = ctx.saved_tensors
+        return grad * 5 * w.cos()
+
+
+def _through_function(x, w):  # computed by another Function: applied again too
+    return _SquareWithOtherBackward.apply(w * 2)
 
 
 def _x_and_w():
@@ -184,28 +231,93 @@ def _x_and_w():
     return (torch.randn(2, 4, generator=g).requires_grad_(), torch.randn(3, generator=g).requires_grad_())
 
 
-# An argument nothing reads has no node to apply the Function to again: its forward's ops recompute the output.
-@pytest.mark.parametrize(
-    "function",
-    [
-        _IgnoresSecond,
-        pytest.param(
-            _IgnoresSecondOtherBackward,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a Function's argument nothing reads is dead in the graphs: the higher-order backward cannot "
-                "apply the Function again and recomputes its output by the forward's ops, whose derivative (2) is "
-                "not the Function's backward (3)",
-            ),
-        ),
-    ],
-)
+def _x_and_nonleaf_w():
+    g = _gen()
+    return (torch.randn(2, 4, generator=g).requires_grad_(), torch.randn(3, generator=g).requires_grad_() * 1)
+
+
+def _x_and_plain_w():
+    g = _gen()
+    return (torch.randn(2, 4, generator=g).requires_grad_(), torch.randn(3, generator=g))
+
+
+# An argument nothing reads has no node to apply the Function to again: it is computed again from the primals.
+DEAD_ARGUMENTS = [
+    pytest.param(
+        _dead_argument(function, argument),
+        make_args,
+        id=f"{function.__name__}-{argument.__name__}-{make_args.__name__.lstrip('_')}",
+    )
+    for function in (_IgnoresSecond, _IgnoresSecondOtherBackward, _IgnoresSecondGradsBoth)
+    for argument in (
+        _tripled,
+        _view_of_intermediate,
+        _from_both,
+        _detached,
+        _through_function,
+    )
+    for make_args in (_x_and_w, _x_and_nonleaf_w, _x_and_plain_w)
+]
+
+
 @pytest.mark.parametrize("order", [2, 3])
-def test_function_with_dead_argument(function, order) -> None:
-    fn = _dead_argument(function)
-    eager = derivatives(fn, list(_x_and_w()), order)
-    compiled = derivatives(aot.aot_function(fn, aot.nop), list(_x_and_w()), order)
+@pytest.mark.parametrize(("fn", "make_args"), DEAD_ARGUMENTS)
+def test_function_with_dead_argument(fn, make_args, order) -> None:
+    eager = derivatives(fn, list(make_args()), order)
+    compiled = derivatives(aot.aot_function(fn, aot.nop), list(make_args()), order)
     assert_close(compiled, eager, grad=True)
+
+
+@pytest.mark.parametrize(("fn", "make_args"), DEAD_ARGUMENTS)
+def test_function_with_dead_argument_hvp(fn, make_args) -> None:
+    inputs = tuple(t.detach() for t in make_args())
+    v = tuple(torch.randn(t.shape, generator=_gen()) for t in inputs)
+    eager = torch.autograd.functional.hvp(lambda *args: fn(*args)[0].sum(), inputs, v)
+    compiled_fn = aot.aot_function(fn, aot.nop)
+    compiled = torch.autograd.functional.hvp(lambda *args: compiled_fn(*args)[0].sum(), inputs, v)
+    assert_close(compiled, eager)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("fn", "make_args"), DEAD_ARGUMENTS)
+def test_function_with_dead_argument_first_order(fn, make_args, mode) -> None:
+    check_in_mode(fn, make_args, mode)
+
+
+# A Function's output that is another Function's argument and saved: the partitioner recomputes it in the backward,
+# where the higher-order backward applies the Function again too.
+def _saved_function_output(x, w):
+    return ExpWithOtherBackward.apply(w)
+
+
+def _saved_function_output_of_intermediate(x, w):
+    return ExpWithOtherBackward.apply(w * 2)[1:]
+
+
+RECOMPUTED_IN_BACKWARD = [
+    pytest.param(
+        _dead_argument(function, argument),
+        make_args,
+        id=f"{function.__name__}-{argument.__name__}-{make_args.__name__.lstrip('_')}",
+    )
+    for function in (_IgnoresSecondOtherBackward, _IgnoresSecondGradsBoth)
+    for argument in (_saved_function_output, _saved_function_output_of_intermediate)
+    for make_args in (_x_and_w, _x_and_nonleaf_w)
+]
+
+
+@pytest.mark.parametrize("order", [2, 3])
+@pytest.mark.parametrize(("fn", "make_args"), RECOMPUTED_IN_BACKWARD)
+def test_function_output_recomputed_in_backward(fn, make_args, order) -> None:
+    eager = derivatives(fn, list(make_args()), order)
+    compiled = derivatives(aot.aot_function(fn, aot.nop), list(make_args()), order)
+    assert_close(compiled, eager, grad=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("fn", "make_args"), RECOMPUTED_IN_BACKWARD)
+def test_function_output_recomputed_in_backward_first_order(fn, make_args, mode) -> None:
+    check_in_mode(fn, make_args, mode)
 
 
 # Writes the graphs hold functionalized, as aten.copy (no derivative in torch) and as_strided_scatter (torch's

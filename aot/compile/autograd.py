@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from aot.compile.checkpoints import check_checkpoint_valid
 from aot.compile.higher_order import missing_derivative
 from aot.errors import DoubleBackwardError
 from meta.indices import GraphArg, GraphOut
@@ -202,6 +203,12 @@ class _NoDerivative(torch.autograd.Function):
         raise type(ctx.error)(str(ctx.error))
 
 
+_REENTRANT_CHECKPOINT_REFUSED = DoubleBackwardError(
+    "double backward through a reentrant torch.utils.checkpoint inside an aotfx-compiled function is not supported: "
+    "eager's checkpoint computes its gradients without history there. Use use_reentrant=False."
+)
+
+
 def _once(build: Callable[[], T]) -> Callable[[], T]:
     """``build()`` run on the first call (by one thread), its result returned on every call."""
     built: list[T] = []
@@ -226,6 +233,7 @@ def make_training_runtime(
     saved_primals: Sequence[int] = (),
     gradient_sources: Sequence[tuple[int, frozenset[int]]] = (),
     backward_raises: bool = False,
+    reentrant_checkpoint: bool = False,
 ) -> Callable[[list[Any]], list[Any]]:
     """The runtime of a training graph pair, for the flat convention of ``meta``.
 
@@ -242,6 +250,8 @@ def make_training_runtime(
             tangents of those outputs alone: no tangent reaching any of them (eager's engine never runs that
             path), none.
         backward_raises: the backward raises the error eager's does (a tensor it saved was written later).
+        reentrant_checkpoint: the graphs inline a reentrant checkpoint's function: the backward refuses to run
+            where eager's checkpoint does, and to be differentiated (eager's gives gradients without history).
     """
     num_outputs = len(meta.output_info)
     num_primals = len(meta.input_info)
@@ -309,6 +319,8 @@ def make_training_runtime(
 
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
+            if reentrant_checkpoint:
+                check_checkpoint_valid()
             if materialize_here:
                 unreached = {out for out, g in enumerate(grad_outputs) if g is None}
                 grad_outputs = _materialized(grad_outputs, ctx.output_like)
@@ -342,7 +354,7 @@ def make_training_runtime(
             ):
                 # create_graph=True: gradients with history, back to the primals and the tangents.
                 _check_versions(held, ctx.held_versions)
-                compiled = higher_order_fn()
+                compiled = _REENTRANT_CHECKPOINT_REFUSED if reentrant_checkpoint else higher_order_fn()
                 if isinstance(compiled, DoubleBackwardError):
                     refused = compiled
                 else:

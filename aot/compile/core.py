@@ -21,6 +21,7 @@ from aot import logs
 from aot.backends import to_boxed
 from aot.cache import keys
 from aot.compile.autograd import HigherOrder, fresh_outputs, make_training_runtime
+from aot.compile.checkpoints import REENTRANT_CHECKPOINT
 from aot.compile.descriptors import DESC, Primal
 from aot.compile.failures import backend_errors
 from aot.compile.higher_order import (
@@ -110,6 +111,7 @@ def compile_core(
         entry.extra["backward_writes"] = tuple(joint.meta["mutated_inputs"])
         entry.extra[USER_FUNCTIONS] = joint.meta.get(USER_FUNCTIONS, True)
         entry.extra[REACHED_FROM] = joint.meta.get(REACHED_FROM)
+        entry.extra[REENTRANT_CHECKPOINT] = joint.meta.get(REENTRANT_CHECKPOINT, False)
         num_outputs = len(meta.output_info)
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         insert_runtime_asserts(entry.forward, "forward")
@@ -202,6 +204,7 @@ def runtime_from_graphs(
             _gradient_sources(
                 meta, backward_gm, len(saved), entry.extra.get(USER_FUNCTIONS, True), entry.extra.get(REACHED_FROM)
             ),
+            reentrant_checkpoint=entry.extra.get(REENTRANT_CHECKPOINT, False),
         )
 
     compiled = _compile("inference", entry.inference, config.inference_compiler, config, restored)

@@ -8,12 +8,15 @@ backward (which need not be its forward's derivative). While the joint's forward
 :class:`FunctionOutputs` marks each output node of an ``apply`` with the application, and functionalization
 (:func:`mark_function_arguments`) the node of each argument's value at that point with its position in it:
 the higher-order backward applies the Function again to the recomputed arguments (:func:`emit_reapply`).
+An argument nothing reads (neither the Function's forward nor its backward) is dead in the graphs: before
+functionalization removes it, :func:`record_dead_arguments` keeps how to compute it from the primals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import getitem
 from typing import Any
 
 import torch
@@ -21,6 +24,9 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, has_proxy_slot
 from torch.overrides import TorchFunctionMode
+
+from aot.compile.descriptors import DESC, Primal
+from aot.compile.history_stops import NO_HISTORY
 
 __all__ = [
     "FUNCTION_APPLIED",
@@ -30,6 +36,7 @@ __all__ = [
     "FunctionOutputs",
     "emit_reapply",
     "mark_function_arguments",
+    "record_dead_arguments",
 ]
 
 # Node meta: (FunctionApply, index of the output among apply's, None where apply returned one tensor).
@@ -54,6 +61,9 @@ class FunctionApply:
     dirty_positions: frozenset[int]  # tensors apply returned as they are (marked dirty): cloned when applied again
     draws: bool  # its forward draws random numbers: applied again, it would draw others
     complete: bool  # every tensor argument and output was traced as a node, each output a node of its own
+    # Arguments dead in the graphs, by leaf position: a graph computing each from primals (named as the joint's
+    # placeholders). Filled by functionalization (``record_dead_arguments``), after the trace made the apply.
+    dead_arguments: dict[int, fx.GraphModule] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -136,6 +146,76 @@ def mark_function_arguments(node: fx.Node, read: Callable[[fx.Node], Any]) -> No
         value = read(argument)
         if isinstance(value, fx.Node):
             value.meta[FUNCTION_ARGS] = (*value.meta.get(FUNCTION_ARGS, ()), (apply, position))
+
+
+def record_dead_arguments(gm: fx.GraphModule) -> None:
+    """Before ``gm``'s dead code goes, record on each FunctionApply how to compute its arguments that are dead
+    (nothing reads them: the Function's forward and backward ignore them) from the primals, for the higher-order
+    backward to apply the Function again to them; eager's second derivative through such an argument goes
+    through the Function's backward, not through the forward's ops that would recompute its output."""
+    marked = [node for node in gm.graph.nodes if FUNCTION_ARGS in node.meta]
+    if not marked:
+        return
+    live: set[fx.Node] = set()
+    for node in reversed(gm.graph.nodes):  # (as ``eliminate_dead_code`` keeps them)
+        if node.op in ("output", "placeholder") or node.is_impure() or any(user in live for user in node.users):
+            live.add(node)
+    arguments: dict[FunctionApply, dict[int, list[fx.Node]]] = {}
+    for node in marked:
+        for apply, position in node.meta[FUNCTION_ARGS]:
+            arguments.setdefault(apply, {}).setdefault(position, []).append(node)
+    for node in marked:
+        if node in live:
+            continue
+        recipe = _computation_from_primals(gm, node, arguments)
+        if recipe is not None:
+            for apply, position in node.meta[FUNCTION_ARGS]:
+                apply.dead_arguments.setdefault(position, recipe)
+
+
+def _applied_to(node: fx.Node, arguments: dict[FunctionApply, dict[int, list[fx.Node]]]) -> list[fx.Node] | None:
+    """The arguments of the Function ``node`` is an output of, one node each, where it is applied again."""
+    found = node.meta.get(FUNCTION_OUTPUT)
+    if found is None or node.meta.get(NO_HISTORY) or found[0].draws or not found[0].complete:
+        return None
+    candidates = [arguments.get(found[0], {}).get(position, []) for position in found[0].tensor_positions]
+    return [nodes[0] for nodes in candidates] if all(len(nodes) == 1 for nodes in candidates) else None
+
+
+def _computation_from_primals(
+    gm: fx.GraphModule, value: fx.Node, arguments: dict[FunctionApply, dict[int, list[fx.Node]]]
+) -> fx.GraphModule | None:
+    """A graph computing ``value`` from the primals it reads (placeholders named as ``gm``'s), applying each
+    Function on the way again; None where it reads another input or draws random numbers (drawn again, it would
+    differ)."""
+    cone = {value}
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        for source in _applied_to(node, arguments) or node.all_input_nodes:
+            if source not in cone:
+                cone.add(source)
+                stack.append(source)
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    applied: dict[FunctionApply, fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node not in cone:
+            continue
+        if (node.op == "placeholder" and not isinstance(node.meta.get(DESC), Primal)) or _draws(node):
+            return None
+        reapplied = _applied_to(node, arguments)
+        if reapplied is not None:
+            apply, index = node.meta[FUNCTION_OUTPUT]
+            if apply not in applied:
+                applied[apply] = emit_reapply(graph, apply, [env[argument] for argument in reapplied])
+            env[node] = applied[apply] if index is None else graph.call_function(getitem, (applied[apply], index))
+        elif node.op == "placeholder":
+            env[node] = graph.placeholder(node.name)
+        else:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    graph.output([env[value]])
+    return fx.GraphModule(gm, graph, "DeadArgument")
 
 
 def _reapply(apply: FunctionApply) -> Callable[..., Any]:

@@ -48,7 +48,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
-from aot.compile.function_outputs import mark_function_arguments
+from aot.compile.function_outputs import mark_function_arguments, record_dead_arguments
 from meta import symbolic
 from meta.alias import AliasAnalysis, argument_value, return_alias_positions, written_positions
 from meta.errors import DynamicShapesUnsupportedError
@@ -798,6 +798,7 @@ def functionalize(gm: fx.GraphModule, recompile: bool = True) -> fx.GraphModule:
     else:
         for node in gm.graph.nodes:
             mark_function_arguments(node, lambda value: value)  # (nothing written: each node holds one value)
+    record_dead_arguments(gm)
     gm.graph.eliminate_dead_code()
     if recompile:
         gm.graph.lint()

@@ -123,6 +123,10 @@ def _integral(node: fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
+# A Function's argument: its node (of the forward, or of the backward), or a graph computing a dead one from primals.
+_Argument = fx.Node | fx.GraphModule
+
+
 @dataclass(frozen=True)
 class _Recomputation:
     saved: list[Any]
@@ -130,7 +134,7 @@ class _Recomputation:
     needed: set[fx.Node]  # the forward's nodes the higher-order backward runs again
     # Outputs of an autograd.Function among those: applied again to these arguments (nodes of the forward, or of
     # the backward where the partitioner moved an argument's view there), not recomputed by the Function's ops.
-    reapplied: dict[fx.Node, list[fx.Node]]
+    reapplied: dict[fx.Node, list[_Argument]]
 
 
 _Found = dict[FunctionApply, dict[int, list[fx.Node]]]
@@ -144,12 +148,16 @@ def _applied_arguments(gm: fx.GraphModule) -> _Found:
     return found
 
 
-def _function_arguments(apply: FunctionApply, forward: _Found, backward: _Found) -> list[fx.Node] | None:
+def _function_arguments(apply: FunctionApply, forward: _Found, backward: _Found) -> list[_Argument] | None:
     """The nodes of ``apply``'s tensor arguments, in order: the forward's, else the backward's (computed there from
-    saved values alone); None unless there is one node each."""
-    arguments = []
+    saved values alone), else, for an argument dead in the graphs, its computation from the primals; None unless
+    there is one each."""
+    arguments: list[_Argument] = []
     for position in apply.tensor_positions:
         candidates = forward.get(apply, {}).get(position) or backward.get(apply, {}).get(position, [])
+        if not candidates and position in apply.dead_arguments:
+            arguments.append(apply.dead_arguments[position])
+            continue
         if len(candidates) != 1:
             return None
         arguments.append(candidates[0])
@@ -176,30 +184,53 @@ def _recomputed(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: 
     ops of its forward (the first-order backward holds them both inlined): that output is recomputed by
     applying the Function again, to its arguments (``aot.compile.function_outputs``). Where the graphs do
     not hold one node of each argument (one nothing reads, dead), its forward's ops recompute it, as before:
-    right where the backward is the forward's derivative (tests/test_fuzz_higher_order.py's strict xfail)."""
+    right where the backward is the forward's derivative. An argument nothing reads, dead in the graphs, is
+    computed again from the primals (``record_dead_arguments``)."""
     saved = _saved_nodes(forward, num_outputs)
     fed = _fed(forward, saved)
     found_forward, found_backward = _applied_arguments(forward), _applied_arguments(backward)
+    primals = {node.name: node for node in _placeholders(forward)}
+
+    def reapplied_to(node: fx.Node, in_backward: bool) -> tuple[list[_Argument], list[fx.Node]] | None:
+        """The arguments ``node``'s Function is applied again to, and the forward's nodes they are computed from
+        (an argument of the backward, for a node of the backward, is copied before it there)."""
+        # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
+        # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
+        if FUNCTION_OUTPUT not in node.meta or node.meta.get(NO_HISTORY) or node.meta[FUNCTION_OUTPUT][0].draws:
+            return None
+        arguments = _function_arguments(node.meta[FUNCTION_OUTPUT][0], found_forward, found_backward)
+        if arguments is None:
+            return None
+        sources: list[fx.Node] = []
+        for argument in arguments:
+            if isinstance(argument, fx.GraphModule):
+                names = [placeholder.name for placeholder in _placeholders(argument)]
+                more = [primals[name] for name in names] if set(names) <= primals.keys() else None
+            elif argument.graph is backward.graph:
+                more = [] if in_backward else _saved_sources(argument, backward, saved)
+            else:
+                more = [argument]
+            if more is None:
+                return None
+            sources += more
+        return arguments, sources
+
     needed: set[fx.Node] = set()
-    reapplied: dict[fx.Node, list[fx.Node]] = {}
+    reapplied: dict[fx.Node, list[_Argument]] = {}
     stack = [node for node in saved if isinstance(node, fx.Node) and node not in fed]
+    # A Function's output the partitioner recomputes in the backward (from saved values) is applied again there too.
+    for node in backward.graph.nodes:
+        if (found := reapplied_to(node, True)) is not None:
+            reapplied[node] = found[0]
+            stack.extend(found[1])
     while stack:
         node = stack.pop()
         if node in needed or node in fed:
             continue
         needed.add(node)
         inputs = node.all_input_nodes
-        # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
-        # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
-        if FUNCTION_OUTPUT in node.meta and not node.meta.get(NO_HISTORY) and not node.meta[FUNCTION_OUTPUT][0].draws:
-            apply = node.meta[FUNCTION_OUTPUT][0]
-            arguments = _function_arguments(apply, found_forward, found_backward)
-            sources: list[fx.Node] | None = []
-            for argument in arguments or ():
-                more = _saved_sources(argument, backward, saved) if argument.graph is backward.graph else [argument]
-                sources = None if more is None or sources is None else [*sources, *more]
-            if arguments is not None and sources is not None:
-                reapplied[node], inputs = arguments, sources
+        if (found := reapplied_to(node, False)) is not None:
+            reapplied[node], inputs = found
         stack.extend(inputs)
     return _Recomputation(saved, fed, needed, reapplied)
 
@@ -256,8 +287,15 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     detached: dict[fx.Node, fx.Node] = {}
     backward_inputs = _placeholders(backward)
 
-    def argument(node: fx.Node) -> fx.Node:
-        """A reapplied Function's argument: a view the partitioner moved into the backward is copied from there."""
+    def argument(node: _Argument) -> fx.Node:
+        """A reapplied Function's argument: a view the partitioner moved into the backward is copied from there, a
+        dead one computed again from the held primals."""
+        if isinstance(node, fx.GraphModule):
+            by_name = {placeholder.name: placeholder for placeholder in primals}
+            for placeholder in _placeholders(node):
+                env[placeholder] = env[by_name[placeholder.name]]
+            _copy_nodes(graph, root, node, set(node.graph.nodes), env, detached, "recomputed")
+            return env[output_values(node)[0]]
         if node not in env:
             sources = ancestors([node])
             for k, placeholder in enumerate(backward_inputs):
@@ -268,7 +306,7 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
                             f"autograd.Function ({node.name}) is computed from {saved[k].name} only after it"
                         )
                     env[placeholder] = env[saved[k]]
-            _copy_nodes(graph, root, backward, sources, env, detached, "backward")
+            _copy_nodes(graph, root, backward, sources, env, detached, "backward", recomputation.reapplied, argument)
         return env[node]
 
     _copy_nodes(graph, root, forward, needed, env, detached, "forward", recomputation.reapplied, argument)
@@ -279,7 +317,9 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
             env[node] = env[value] if isinstance(value, fx.Node) else value
         else:
             env[node] = _placeholder(graph, node)
-    _copy_nodes(graph, root, backward, set(backward.graph.nodes), env, detached, "backward")
+    _copy_nodes(
+        graph, root, backward, set(backward.graph.nodes), env, detached, "backward", recomputation.reapplied, argument
+    )
     grads = output_values(backward)[: len(primals)]
     output = graph.output([env[g] if isinstance(g, fx.Node) else g for g in grads])
     output.meta[DESC] = list(backward.graph.output_node().meta.get(DESC, []))[: len(primals)]
@@ -413,8 +453,8 @@ def _copy_nodes(
     env: dict[fx.Node, fx.Node],
     detached: dict[fx.Node, fx.Node],
     side: str,
-    reapplied: dict[fx.Node, list[fx.Node]] | None = None,
-    argument: Callable[[fx.Node], fx.Node] | None = None,
+    reapplied: dict[fx.Node, list[_Argument]] | None = None,
+    argument: Callable[[_Argument], fx.Node] | None = None,
 ) -> None:
     """Copy ``nodes`` of ``gm`` in order; constants move onto ``root`` under names of their side. ``detached``:
     the values read through ``detach()`` so far, and their detached copies. ``reapplied``: outputs of an

@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from aot.compile.binding import bindings_held
+from aot.compile.checkpoints import REENTRANT_CHECKPOINT, InlinedCheckpoints
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
 from aot.compile.function_outputs import FUNCTION_ARGS, FunctionOutputs
 from aot.compile.functionalize import functionalize
@@ -197,6 +198,7 @@ def trace_joint(
     _reuse_forward_draws(gm, len(meta.output_info))
     gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
     gm.meta[REACHED_FROM] = backward_writes.reached_from
+    gm.meta[REENTRANT_CHECKPOINT] = backward_writes.reentrant_checkpoint
     return gm
 
 
@@ -228,6 +230,7 @@ def _trace_joint_once(
     flat_fn = _autocast_cache_as_eager(flat_fn)
 
     backward_writes = _BackwardWrites()
+    checkpoints = InlinedCheckpoints()
 
     # Primals eager's caller has as leaf views of a base requiring none, where the fakes are independent leaves:
     # the function gets a leaf made as eager's in their place (``meta.stand_ins``).
@@ -247,6 +250,7 @@ def _trace_joint_once(
                 regenerated if regenerated is not None else contextlib.nullcontext(),
                 history_stops,
                 NoGradViewEdges(),
+                checkpoints,  # (the last: a reentrant checkpoint's function inlined, its ops reach every mode)
             ):
                 outs = [fresh_views.returned(out) for out in flat_fn(*as_called)]
         stand_in_leaves = [leaf for leaf, _ in stand_ins]
@@ -332,6 +336,7 @@ def _trace_joint_once(
         bindings_held(),
     ):
         gm = _traced(joint, decompositions, *primals, *tangents)
+    backward_writes.reentrant_checkpoint = checkpoints.seen
     return gm, primals, tangents, backward_writes
 
 
@@ -639,6 +644,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.written: list[tuple[torch.Tensor, str]] = []  # each tensor written, and the op writing it
         self.outputs: Sequence[Any] = ()  # the forward's outputs, as traced
         self.user_functions = False  # whether the backward runs an autograd.Function's backward
+        self.reentrant_checkpoint = False  # whether the function ran one (inlined: ``aot.compile.checkpoints``)
         # With one: for each primal requiring grad, the outputs a gradient reaches it from (``_GradientsSent``).
         self.reached_from: dict[int, frozenset[int]] | None = None
 
