@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests import oracle
+from tests.functions import Identity, ScaledBySaved
 from tests.oracle import MODES, check_in_mode
 
 
@@ -117,3 +118,62 @@ def _detached_and_view_of_non_leaf() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("make", [_detached_and_view_of_leaf, _detached_and_view_of_non_leaf], ids=["leaf", "non_leaf"])
 def test_view_beside_member_made_a_leaf(make: Callable[[], Any], mode: str) -> None:
     check_in_mode(_requires_grad_then_data_scatter, make, mode)
+
+
+# The view ``b`` beside the written ``.data`` alias, used otherwise: written through its own ``.data`` too (its
+# counter still stays); written through ``detach()`` (it moves: eager's node is taken again, not compared); returned
+# itself; passed to autograd.Functions; read in a no_grad region.
+def _b_data_written(a, b):
+    a.add_(1)
+    b.data.mul_(2)
+    return a * 1, b * 3
+
+
+def _b_detach_written(a, b):
+    a.add_(1)
+    y = b * 3
+    b.detach().mul_(2)
+    return a * 1, y, b * 1
+
+
+def _b_returned(a, b):
+    a.add_(1)
+    return a, b, b * a
+
+
+def _b_through_functions(a, b):
+    a.add_(1)
+    return a * 1, ScaledBySaved.apply(b, b.detach() * 1), Identity.apply(b)
+
+
+def _b_read_under_no_grad(a, b):
+    a.add_(1)
+    with torch.no_grad():
+        y = b * 2
+    return a * 1, y, b.exp()
+
+
+USES = {
+    "b_data_written": _b_data_written,
+    "b_detach_written": _b_detach_written,
+    "b_returned": _b_returned,
+    "b_through_functions": _b_through_functions,
+    "b_read_under_no_grad": _b_read_under_no_grad,
+}
+
+
+def _overlapping_rows(grad: str) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        storage = torch.randn(24, generator=_gen()).requires_grad_()
+        if grad == "non_leaf":
+            storage = storage * 1
+        return storage.data[0:12], storage[6:18]
+
+    return make
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("grad", GRADS)
+@pytest.mark.parametrize("name", sorted(USES))
+def test_view_used_beside_data_write(name: str, grad: str, mode: str) -> None:
+    check_in_mode(USES[name], _overlapping_rows(grad), mode)
