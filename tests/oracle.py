@@ -423,8 +423,9 @@ def _check_once(
     # - for inputs whose data the program wrote (eager's version counter moved): eager's gradient w.r.t. the
     #   written input flows through every value later computed from it, ours only through the outputs that are
     #   views of it (the whole forward is one autograd node);
-    # - for inputs sharing memory with another input: the graph reads them from one synthetic base, so the
-    #   gradient flows to the base, not through each input's own view node.
+    # - for inputs sharing memory with another input, written: eager takes a view's node again from its root
+    #   after the write (the shared counter moved), a node after our single one; where the counter stays (a
+    #   write through ``.data``) the synthetic-base layer routes the view's gradient through its own node.
     def inner_inputs(inputs: list[torch.Tensor]) -> list[int]:
         return [
             i

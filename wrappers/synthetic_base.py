@@ -258,7 +258,7 @@ class SyntheticBase:
         self._split: OutputSplit[RestridedOut, BaseOut] | None = None
         self._counter_groups: list[int] = []
         self._rerouted: tuple[RestridedArg, ...] = ()
-        self._own_leaves: set[RestridedArg] = set()  # those that are leaves: passed themselves
+        self._own_leaves: set[RestridedArg] = set()  # leaves, and views with own nodes: passed themselves
         self._steps: tuple[Any, Counters, Any] | None = None
         self._own_written: set[RestridedArg] = set()
 
@@ -323,8 +323,11 @@ class SyntheticBase:
         # Members with a history of their own (``_own_histories``): the base carries one, so each reads the
         # base's memory and sends its gradient to the caller's tensor, passed too (after the bases).
         rerouted = _rerouted(clusters, args)
+        # And views whose own node eager keeps (``_own_nodes``): passed themselves, as leaves are.
+        own_nodes = _own_nodes(clusters, args, meta)
+        rerouted += tuple(m for m in own_nodes if m not in rerouted)
         self._rerouted = rerouted
-        own_leaves = {m for m in rerouted if args[m].grad_fn is None}
+        own_leaves = {m for m in rerouted if args[m].grad_fn is None} | set(own_nodes)
         self._own_leaves = own_leaves
         # Eager's views of these follow the base requiring none they are leaf views of, not the leaf; a member's
         # would follow the base's copy (``meta.stand_ins``).
@@ -546,6 +549,25 @@ def _own_geometry(base: torch.Tensor) -> tuple[Any, Any, int]:
 
 def _rerouted(clusters: Sequence[_Cluster], args: Sequence[torch.Tensor]) -> tuple[RestridedArg, ...]:
     return tuple(cluster.members[k] for cluster in clusters for k in _own_histories([args[m] for m in cluster.members]))
+
+
+def _own_nodes(
+    clusters: Sequence[_Cluster], args: Sequence[torch.Tensor], meta: ViewAndMutationMeta[RestridedArg, Any]
+) -> tuple[RestridedArg, ...]:
+    """Members that are views requiring grad whose counter the call leaves (the writes went through a ``.data``
+    alias): eager's reads of such a view, and the caller's ``autograd.grad`` w.r.t. it after, go through its own
+    view node, which a base taken from its root skips; an ``as_strided`` of it reaching past its elements sends
+    them no gradient. (Where the counter moves, eager's node is taken again from the root's history after the
+    write: only a second autograd node after the write-back gives that.)"""
+    return tuple(
+        m
+        for cluster in clusters
+        for m in cluster.members
+        if args[m].requires_grad
+        and args[m].grad_fn is not None
+        and args[m]._base is not None
+        and meta.input_info[m].version_bumps == 0
+    )
 
 
 def _own_bases(
