@@ -503,6 +503,16 @@ def _view_returned_after(restride):
     return fn
 
 
+def _viewed_between_changes(restride):
+    def fn(a):
+        _RESTRIDES[restride](a)
+        row = a[0]
+        a.unsqueeze_(1)
+        return (row * 2, a.cos())
+
+    return fn
+
+
 def _read_before_only(restride):
     def fn(a):
         before = a * 2
@@ -572,6 +582,7 @@ def _inputs_of(programs, known_wrong=None):
             _restrided_and_returned,
             _viewed_before_read_after,
             _view_returned_after,
+            _viewed_between_changes,
             _read_before_only,
         ],
     ),
@@ -643,7 +654,7 @@ def test_restrided_nonleaf_viewed_under_no_grad(restride) -> None:
 @pytest.mark.parametrize(
     ("make_input", "program"),
     _inputs_of(
-        [_read_before_and_after, _restrided_twice, _viewed_before_read_after],
+        [_read_before_and_after, _restrided_twice, _viewed_before_read_after, _viewed_between_changes],
         known_wrong=(_strided_view_input, _STRIDED_VIEW_SECOND_ORDER),
     ),
 )

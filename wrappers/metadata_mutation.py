@@ -1667,6 +1667,7 @@ class _RecordedChanges(TorchFunctionMode):
         # input: right to first order, the differentiated backward recomputing from the input before.)
         self._same_span = same_span
         self._done = dict.fromkeys(tensors, 0)
+        self._step_of = {id(step): key for key, (_, steps) in tensors.items() for step in steps}
 
     def _untracked(self, value: torch.Tensor) -> torch.Tensor:
         found = self._tensors.get(id(value))
@@ -1677,13 +1678,17 @@ class _RecordedChanges(TorchFunctionMode):
         if key in self._tensors and self._tensors[key][0] is value and self._done[key]:
             return self._tensors[key][1][self._done[key] - 1]
         # A view of an input that is no view, taken before its last change: eager's takes its history again from
-        # the changed input (by strides), so it is taken again from that step's tensor, on the same memory.
-        key = id(value._base)
+        # the changed input (by strides), so it is taken again from that step's tensor, on the same memory. So too
+        # one taken between two changes, made of the step's tensor then (``_call_with_stand_ins``): eager's is a
+        # view of the input.
+        base = value._base
+        key = self._step_of.get(id(base), id(base))
         # (One made under no_grad has no history to take again: eager's stays untracked.)
-        if value._base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
+        if base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
             return value
         tensor, steps = self._tensors[key]
-        if value._base is not tensor or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
+        made_of = base is tensor or any(base is step for step in steps)
+        if not made_of or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
             return value
         step = steps[self._done[key] - 1]
         offset = step.storage_offset() + value.storage_offset() - tensor.storage_offset()
