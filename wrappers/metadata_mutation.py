@@ -185,6 +185,10 @@ class MetadataMutation:
             and i not in self._grad_from_inside
             and i not in {base for _, base in views_of_changed}
             and _changes_recorded_first(meta, i, outer.args[i])
+            # A view input whose change spans other elements (``as_strided_`` onto others, an expanded one's)
+            # stays on the restride after the call: its views taken before, taken again from its base by strides,
+            # gave the leaf another gradient than eager's there (test_fuzz_leaf's view-of-view-input programs).
+            and (i in no_views or not _elements_reached_change(meta.input_info[i], outer.args[i]))
         )
         self._recorded_first = recorded_first
         # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
@@ -1679,15 +1683,15 @@ class _RecordedChanges(TorchFunctionMode):
             return self._tensors[key][1][self._done[key] - 1]
         # A view of an input that is no view, taken before its last change: eager's takes its history again from
         # the changed input (by strides), so it is taken again from that step's tensor, on the same memory. So too
-        # one taken between two changes, made of the step's tensor then (``_call_with_stand_ins``): eager's is a
-        # view of the input.
+        # one taken between two changes, made of an earlier step's tensor (``_call_with_stand_ins``): eager's is a
+        # view of the input. (One made of the last step's tensor was taken after the last change: kept.)
         base = value._base
         key = self._step_of.get(id(base), id(base))
         # (One made under no_grad has no history to take again: eager's stays untracked.)
         if base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
             return value
         tensor, steps = self._tensors[key]
-        made_of = base is tensor or any(base is step for step in steps)
+        made_of = base is tensor or any(base is step for step in steps[: self._done[key] - 1])
         if not made_of or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
             return value
         step = steps[self._done[key] - 1]
