@@ -549,24 +549,10 @@ def _gradients_wrt_inputs(f, make_input):
 
 # A view input (contiguous or strided) takes the class's route too: eager's view ends with the change's node on its
 # own; views of it taken before a change are views of its base, whose history they take again past its nodes.
-_STRIDED_VIEW_SECOND_ORDER = (
-    "the second derivative w.r.t. a strided view input restrided in place is None, eager's is not (its base's and "
-    "the leaf's: right): its stand-in and its steps' tensors reach past their elements (offset-sensitive, their "
-    "counter moved), so the synthetic-base layer merges them into one base, taken from the first (the input "
-    "before the changes); the differentiated backward recomputes from that base's copy, whose history reaches "
-    "the input's node before the changes, not the steps' (each member's first-order gradient is rerouted alone)"
-)
-
-
-def _inputs_of(programs, known_wrong=None):
-    """(make_input, program) pairs for each kind of input; those of ``known_wrong``'s kind a strict xfail."""
-    wrong_input, reason = known_wrong or (None, "")
+def _inputs_of(programs):
+    """(make_input, program) pairs for each kind of input."""
     return [
-        pytest.param(
-            make_input,
-            program,
-            marks=[pytest.mark.xfail(strict=True, reason=reason)] if make_input is wrong_input else [],
-        )
+        (make_input, program)
         for program in programs
         for make_input in (_nonleaf_input, _view_input, _strided_view_input)
     ]
@@ -653,10 +639,7 @@ def test_restrided_nonleaf_viewed_under_no_grad(restride) -> None:
 # reads after the change read, which must be the tensors with those steps' histories, not the input before them.
 @pytest.mark.parametrize(
     ("make_input", "program"),
-    _inputs_of(
-        [_read_before_and_after, _restrided_twice, _viewed_before_read_after, _viewed_between_changes],
-        known_wrong=(_strided_view_input, _STRIDED_VIEW_SECOND_ORDER),
-    ),
+    _inputs_of([_read_before_and_after, _restrided_twice, _viewed_before_read_after, _viewed_between_changes]),
 )
 @pytest.mark.parametrize("restride", list(_RESTRIDES))
 def test_second_derivative_wrt_nonleaf_restrided_in_place(restride, make_input, program) -> None:
