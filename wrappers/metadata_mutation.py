@@ -183,13 +183,17 @@ class MetadataMutation:
         self._restrided_first = restrided_first
         recorded_first = tuple(
             i
-            for i in no_views
+            for i in mutated
             if i not in written_changed
             and i not in restrided
             and i not in restrided_first
             and i not in self._grad_from_inside
             and i not in {base for _, base in views_of_changed}
             and _changes_recorded_first(meta, i, outer.args[i])
+            # A view input whose change spans other elements (``as_strided_`` onto others, an expanded one's)
+            # stays on the restride after the call: its views taken before, taken again from its base by strides,
+            # gave the leaf another gradient than eager's there (test_fuzz_leaf's view-of-view-input programs).
+            and (i in no_views or not _elements_reached_change(meta.input_info[i], outer.args[i]))
         )
         self._recorded_first = recorded_first
         # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
@@ -308,6 +312,7 @@ class MetadataMutation:
                 working[arg_idx] = _alias_as_made(old, arg_idx in no_views)
             changed_histories: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
             same_span: set[int] = set()
+            changed_views: set[int] = set()
             position = num_before_steps
             for arg_idx in recorded_first:
                 # No view of the input: its in-place geometry changes are its own, and after each it takes the
@@ -315,7 +320,12 @@ class MetadataMutation:
                 working[arg_idx] = history_alias(args[arg_idx])
                 num_steps = len(meta.input_info[arg_idx].metadata_steps)
                 changed_histories[id(working[arg_idx])] = (working[arg_idx], all_args[position : position + num_steps])
-                if not _elements_reached_change(meta.input_info[arg_idx], args[arg_idx]):
+                # Of a view input, eager's views taken before a change are views of its base, whose history they
+                # take again past the input's nodes: they keep the stand-in's history before (the same elements
+                # of the base), never the step's. (Told by the caller's tensors: the trace's are no views.)
+                if arg_idx not in no_views:
+                    changed_views.add(id(working[arg_idx]))
+                elif not _elements_reached_change(meta.input_info[arg_idx], args[arg_idx]):
                     same_span.add(id(working[arg_idx]))
                 position += num_steps
             for arg_idx in restrided:
@@ -340,7 +350,7 @@ class MetadataMutation:
             bases_of |= {id(working[i]): (working[i], args[i], True) for i in moved_leaves}
             with contextlib.ExitStack() as stack:
                 if changed_histories:
-                    stack.enter_context(_RecordedChanges(changed_histories, same_span))
+                    stack.enter_context(_RecordedChanges(changed_histories, same_span, changed_views))
                 if bases_of:
                     stack.enter_context(_MovedHistories(bases_of))
                 outs = list(flat_fn(*working))
@@ -1582,14 +1592,14 @@ def _setting_requires_grad(inner: Runtime, inputs: tuple[DedupedArg, ...]) -> Ru
 def _changes_recorded_first(
     meta: ViewAndMutationMeta[DedupedArg, UserOut], arg_idx: DedupedArg, arg: torch.Tensor
 ) -> bool:
-    """A non-leaf requiring grad (no view), never written, whose every geometry change autograd records (in grad
-    mode): eager's tensor ends with the last change's node as its ``grad_fn``, each change's on the one before,
+    """A non-leaf requiring grad (a view too), never written, whose every geometry change autograd records (in
+    grad mode): eager's tensor ends with the last change's node as its ``grad_fn``, each change's on the one before,
     and each read reaches the node the tensor had then. Restrided after the call, the caller's tensor would get
     new nodes no output's history reaches (``autograd.grad`` w.r.t. it: None). So it is restrided before the
     call, step by step, as eager's, and the function's reads after each step reach that step's node
     (``_RecordedChanges``). Outputs that are views of it are taken after the call, from the caller's tensor in its
     final geometry, as ``_written_with_changes``'s are (eager's, taken before a change, take their history again
-    from it)."""
+    from it, or, the input a view, from its base)."""
     info = meta.input_info[arg_idx]
     steps = info.metadata_steps
     plain = (
@@ -1621,9 +1631,11 @@ def _changes_recorded_first(
 
 def _step_stand_in(arg: torch.Tensor, step: Any) -> torch.Tensor:
     """A non-leaf requiring grad on ``arg``'s memory in ``step``'s geometry, standing for the caller's tensor after
-    that step while compiling."""
-    leaf = _leaf_on(arg)
-    with torch.no_grad():
+    that step while compiling. It shares ``arg``'s version counter, as the step's tensor at run time (a detached
+    alias of the caller's) does: the layers below group counters when compiling (a synthetic base of the input
+    and its steps setting one counter twice, back to the value before, staled what the forward saved)."""
+    leaf = arg.detach()
+    with torch.no_grad(), uncounted(leaf):
         leaf.as_strided_(step[0], step[1], leaf.storage_offset() + step[2])
     leaf.requires_grad_()
     return history_alias(leaf)
@@ -1651,17 +1663,24 @@ class _RecordedChanges(TorchFunctionMode):
     in), as eager's tensor has that change's node then: reads after reach it, reads before the old one.
 
     Later ops read the step's tensor in its place (the data a differentiated backward recomputes from is the
-    step's, as the history). The stand-in also takes that history in place, and its views taken before are read
-    as views of the step's tensor (``same_span``): eager's take their history again from the changed tensor."""
+    step's, as the history). An input that is no view also takes that history in place, and its views taken before
+    are read as views of the step's tensor (``same_span``): eager's take their history again from the changed
+    tensor. One that is a view (``views``) keeps its own history and views: eager's views of it are views of its
+    base, whose history they take again, past the input's nodes (the elements of the base the stand-in's history
+    before reaches too)."""
 
-    def __init__(self, tensors: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]], same_span: set[int]) -> None:
+    def __init__(
+        self, tensors: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]], same_span: set[int], views: set[int]
+    ) -> None:
         super().__init__()
         self._tensors = tensors
+        self._views = views
         # Inputs whose every step spans the elements they started on (``t_``, ``unsqueeze_``): a view
         # taken before lies within each step's tensor. (Otherwise it is left to its history taken again from the
         # input: right to first order, the differentiated backward recomputing from the input before.)
         self._same_span = same_span
         self._done = dict.fromkeys(tensors, 0)
+        self._step_of = {id(step): key for key, (_, steps) in tensors.items() for step in steps}
 
     def _untracked(self, value: torch.Tensor) -> torch.Tensor:
         found = self._tensors.get(id(value))
@@ -1672,13 +1691,17 @@ class _RecordedChanges(TorchFunctionMode):
         if key in self._tensors and self._tensors[key][0] is value and self._done[key]:
             return self._tensors[key][1][self._done[key] - 1]
         # A view of an input that is no view, taken before its last change: eager's takes its history again from
-        # the changed input (by strides), so it is taken again from that step's tensor, on the same memory.
-        key = id(value._base)
+        # the changed input (by strides), so it is taken again from that step's tensor, on the same memory. So too
+        # one taken between two changes, made of an earlier step's tensor (``_call_with_stand_ins``): eager's is a
+        # view of the input. (One made of the last step's tensor was taken after the last change: kept.)
+        base = value._base
+        key = self._step_of.get(id(base), id(base))
         # (One made under no_grad has no history to take again: eager's stays untracked.)
-        if value._base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
+        if base is None or not value.requires_grad or key not in self._same_span or not self._done[key]:
             return value
         tensor, steps = self._tensors[key]
-        if value._base is not tensor or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
+        made_of = base is tensor or any(base is step for step in steps[: self._done[key] - 1])
+        if not made_of or value.dtype != tensor.dtype:  # (``.real``: eager replays its view op)
             return value
         step = steps[self._done[key] - 1]
         offset = step.storage_offset() + value.storage_offset() - tensor.storage_offset()
@@ -1710,8 +1733,9 @@ class _RecordedChanges(TorchFunctionMode):
                 raise UnsupportedMutationError(
                     "an input's geometry changed more often than when the function was compiled: compile again"
                 )
-            with torch.enable_grad():
-                _TakesHistory.apply(tensor, steps[done])  # type: ignore[no-untyped-call]
+            if key not in self._views:
+                with torch.enable_grad():
+                    _TakesHistory.apply(tensor, steps[done])  # type: ignore[no-untyped-call]
             self._done[key] = done + 1
         return out
 

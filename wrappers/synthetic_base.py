@@ -367,7 +367,10 @@ class SyntheticBase:
                             else:
                                 # The base's memory with the member's own history (its root over the same span):
                                 # views of it, as_strided ones too, reach every element the member's root has there.
-                                own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
+                                # Unwritten, the base is no copy: the member's root over the span is that memory,
+                                # read itself, so a differentiated backward recomputes from it, not the base.
+                                if cluster.written:
+                                    own = GradientTo.apply(own, copy)  # type: ignore[no-untyped-call]
                                 working[m] = own.as_strided(size, stride, own.storage_offset() + offset)
                         if m in ungraded:
                             working[m] = leaf_standing_for(working[m])
