@@ -193,7 +193,9 @@ def trace_joint(
     written = backward_writes.placeholders([*primals, *tangents])
     backward_writes.refuse_writes_into_outputs([*primals, *tangents])
     backward_writes.refuse_writes_outside_inputs(primals, names)
-    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
+    # Left lazy: no backend runs the joint (the partitioner reads its graph), so its code is generated only if
+    # someone reads or calls it.
+    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written, lazy=True)
     _reuse_forward_draws(gm, len(meta.output_info))
     gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
     gm.meta[REACHED_FROM] = backward_writes.reached_from
@@ -758,14 +760,15 @@ def _traced(fn: Callable[..., Any], decompositions: Mapping[Any, Callable[..., A
                 lazy_graph_module._get_graph_module_cls = _GRAPH_MODULE_CLS
 
 
-def _made_eager(gm: fx.GraphModule) -> fx.GraphModule:
+def _made_eager(gm: fx.GraphModule, children_only: bool = False) -> fx.GraphModule:
     """``gm``, and the graph modules it holds (a higher-order op's subgraphs, traced lazily too), as plain
     GraphModules with their code generated: what backends get (a lazy module generates its code on first
-    use, which TorchScript, say, refuses)."""
+    use, which TorchScript, say, refuses). ``children_only``: ``gm`` itself stays as it is (the joint graph,
+    which the partitioner copies its subgraphs from into the graphs backends get)."""
     for name, child in list(gm.named_children()):
         if isinstance(child, fx.GraphModule):
             setattr(gm, name, _made_eager(child))
-    if not isinstance(gm, lazy_graph_module._LazyGraphModule):
+    if children_only or not isinstance(gm, lazy_graph_module._LazyGraphModule):
         return gm
     plain = fx.GraphModule(gm, gm.graph, type(gm).__name__)
     plain.meta.update(gm.meta)
@@ -779,7 +782,10 @@ def _finish(
     out_descs: list[Any],
     copied: frozenset[int] = frozenset(),
     writes_allowed: frozenset[int] = frozenset(),
+    lazy: bool = False,
 ) -> fx.GraphModule:
+    """``gm`` renamed, described, functional, without detach; its code generated unless ``lazy`` (then on first
+    use: a lazy module made by ``_traced`` stays lazy)."""
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     for node, name, desc in zip(placeholders, names, descs, strict=True):
@@ -814,8 +820,8 @@ def _finish(
     graph.eliminate_dead_code()
     graph.lint()
     # make_fx left its module lazy (``_traced``): its code is generated here, once.
-    finished = _made_eager(gm)
-    if finished is gm:
+    finished = _made_eager(gm, children_only=lazy)
+    if finished is gm:  # (a lazy module only notes that its code is stale)
         gm.recompile()
     return finished
 
