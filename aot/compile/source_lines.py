@@ -47,14 +47,21 @@ _recording = threading.local()
 _USER_FILES = (os.path.join(_PROJECT, "aot", "demo.py"),)  # the demo model is user code
 
 
+# Whether a file's frames are the user's, by file name: every traced torch call walks the whole stack, and
+# the same few files come back each time.
+_USER_BY_FILE: dict[str, bool] = {}
+
+
 def _is_user(frame: FrameType) -> bool:
     filename = frame.f_code.co_filename
     if filename.startswith("<"):
         # Code without a file: the user's (``python -c``, exec, IPython) runs in a module namespace;
         # make_fx's generated wrappers run with bare globals; frozen modules are the import system.
+        # (Decided per frame: by its globals, not its name.)
         module = frame.f_globals.get("__name__")
         return isinstance(module, str) and not module.startswith("torch") and not filename.startswith("<frozen")
-    return not filename.startswith(_LIBRARY_DIRS) or filename in _USER_FILES
+    user = _USER_BY_FILE[filename] = not filename.startswith(_LIBRARY_DIRS) or filename in _USER_FILES
+    return user
 
 
 class _SourceLines(TorchFunctionMode):
@@ -70,8 +77,10 @@ class _SourceLines(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         user: list[tuple[FrameType, int]] = []
         frame = sys._getframe(1)
+        by_file = _USER_BY_FILE
         while frame is not None and frame not in self.outer:
-            if _is_user(frame):
+            known = by_file.get(frame.f_code.co_filename)
+            if known if known is not None else _is_user(frame):
                 user.append((frame, frame.f_lineno))
             frame = frame.f_back  # type: ignore[assignment]
         previous = fx_traceback.get_current_meta().get("stack_trace")
