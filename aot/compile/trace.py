@@ -21,7 +21,7 @@ import torch.fx._lazy_graph_module as lazy_graph_module
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from aot.compile.binding import bindings_held
 from aot.compile.descriptors import DESC, ForwardOutput, Grad, InputWrite, Primal, Tangent
@@ -290,7 +290,7 @@ def _trace_joint_once(
             # Eager's leaves (the caller's, the function's own) take their gradient when it arrives.
             eager_leaves = [p for i, p in zip(wants_grad, wanted, strict=True) if meta.input_info[i].is_leaf]
             arrivals = _GradientArrivals([*eager_leaves, *made_leaves] if backward_writes.user_functions else [])
-            with EagerOverlapChecks(), backward_writes, sent, arrivals:
+            with backward_writes, sent, arrivals:  # (eager's overlap checks: ``backward_writes`` makes them)
                 # (The graph kept: a stand-in's gradient goes on through its value's history after.)
                 everything = arrivals.as_taken(
                     [*wanted, *made_leaves, *stand_in_leaves],
@@ -632,8 +632,9 @@ def trace_inference(
     return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, copied)
 
 
-class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records the storages written while the backward is traced."""
+class _BackwardWrites(EagerOverlapChecks):
+    """Records the storages written while the backward is traced, and raises eager's overlap errors there
+    (one mode, not two stacked: every op of the backward trace passes each mode on the stack)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -650,7 +651,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if isinstance(written, torch.Tensor) and torch.Tag.inplace_view not in func.tags:
                 self.storages.setdefault(storage_key(written), str(func))
                 self.written.append((written, str(func)))
-        return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
     def refuse_writes_outside_inputs(self, primals: Sequence[torch.Tensor], names: Sequence[str]) -> None:
         """Refuse a backward write into an input's memory outside its elements (through an ``as_strided`` at an
