@@ -16,7 +16,7 @@ import sysconfig
 import threading
 import traceback
 from collections.abc import Iterator
-from types import FrameType
+from types import FrameType, GetSetDescriptorType, MethodDescriptorType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -64,6 +64,30 @@ def _is_user(frame: FrameType) -> bool:
     return user
 
 
+# Tensor attributes whose read dispatches no op that could make a node (``device`` dispatches ``prim.device``, which
+# make_fx runs without one), and methods likewise: the modes' own checks read them around every traced call, and
+# the stack walk was most of their cost.
+_NO_NODE_ATTRIBUTES = frozenset(
+    {"requires_grad", "is_leaf", "grad_fn", "_base", "_version", "dtype", "device", "is_quantized", "is_sparse"}
+)
+_NO_NODE_METHODS = frozenset({"_is_view"})
+
+
+def _makes_no_node(func: Any) -> bool:
+    owner = getattr(func, "__self__", None)
+    if type(owner) is GetSetDescriptorType:
+        return (
+            func.__name__ == "__get__"
+            and owner.__objclass__ is torch._C.TensorBase
+            and owner.__name__ in _NO_NODE_ATTRIBUTES
+        )
+    return (
+        type(func) is MethodDescriptorType
+        and func.__objclass__ is torch._C.TensorBase
+        and func.__name__ in _NO_NODE_METHODS
+    )
+
+
 class _SourceLines(TorchFunctionMode):
     """Sets the fx stack trace to the user frames of each torch call while it is traced."""
 
@@ -75,6 +99,8 @@ class _SourceLines(TorchFunctionMode):
         self.formatted: dict[tuple[tuple[Any, int], ...], list[str]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if _makes_no_node(func):
+            return func(*args, **(kwargs or {}))
         user: list[tuple[FrameType, int]] = []
         frame = sys._getframe(1)
         by_file = _USER_BY_FILE
