@@ -16,7 +16,7 @@ import sysconfig
 import threading
 import traceback
 from collections.abc import Iterator
-from types import FrameType
+from types import FrameType, GetSetDescriptorType, MethodDescriptorType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,14 +47,45 @@ _recording = threading.local()
 _USER_FILES = (os.path.join(_PROJECT, "aot", "demo.py"),)  # the demo model is user code
 
 
+# Whether a file's frames are the user's, by file name: every traced torch call walks the whole stack, and
+# the same few files come back each time.
+_USER_BY_FILE: dict[str, bool] = {}
+
+
 def _is_user(frame: FrameType) -> bool:
     filename = frame.f_code.co_filename
     if filename.startswith("<"):
         # Code without a file: the user's (``python -c``, exec, IPython) runs in a module namespace;
         # make_fx's generated wrappers run with bare globals; frozen modules are the import system.
+        # (Decided per frame: by its globals, not its name.)
         module = frame.f_globals.get("__name__")
         return isinstance(module, str) and not module.startswith("torch") and not filename.startswith("<frozen")
-    return not filename.startswith(_LIBRARY_DIRS) or filename in _USER_FILES
+    user = _USER_BY_FILE[filename] = not filename.startswith(_LIBRARY_DIRS) or filename in _USER_FILES
+    return user
+
+
+# Tensor attributes whose read dispatches no op that could make a node (``device`` dispatches ``prim.device``, which
+# make_fx runs without one), and methods likewise: the modes' own checks read them around every traced call, and
+# the stack walk was most of their cost.
+_NO_NODE_ATTRIBUTES = frozenset(
+    {"requires_grad", "is_leaf", "grad_fn", "_base", "_version", "dtype", "device", "is_quantized", "is_sparse"}
+)
+_NO_NODE_METHODS = frozenset({"_is_view"})
+
+
+def _makes_no_node(func: Any) -> bool:
+    owner = getattr(func, "__self__", None)
+    if type(owner) is GetSetDescriptorType:
+        return (
+            func.__name__ == "__get__"
+            and owner.__objclass__ is torch._C.TensorBase
+            and owner.__name__ in _NO_NODE_ATTRIBUTES
+        )
+    return (
+        type(func) is MethodDescriptorType
+        and func.__objclass__ is torch._C.TensorBase
+        and func.__name__ in _NO_NODE_METHODS
+    )
 
 
 class _SourceLines(TorchFunctionMode):
@@ -68,10 +99,14 @@ class _SourceLines(TorchFunctionMode):
         self.formatted: dict[tuple[tuple[Any, int], ...], list[str]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if _makes_no_node(func):
+            return func(*args, **(kwargs or {}))
         user: list[tuple[FrameType, int]] = []
         frame = sys._getframe(1)
+        by_file = _USER_BY_FILE
         while frame is not None and frame not in self.outer:
-            if _is_user(frame):
+            known = by_file.get(frame.f_code.co_filename)
+            if known if known is not None else _is_user(frame):
                 user.append((frame, frame.f_lineno))
             frame = frame.f_back  # type: ignore[assignment]
         previous = fx_traceback.get_current_meta().get("stack_trace")

@@ -21,7 +21,7 @@ import torch.fx._lazy_graph_module as lazy_graph_module
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from aot.compile.binding import bindings_held
 from aot.compile.checkpoints import REENTRANT_CHECKPOINT, InlinedCheckpoints
@@ -194,7 +194,9 @@ def trace_joint(
     written = backward_writes.placeholders([*primals, *tangents])
     backward_writes.refuse_writes_into_outputs([*primals, *tangents])
     backward_writes.refuse_writes_outside_inputs(primals, names)
-    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written)
+    # Left lazy: no backend runs the joint (the partitioner reads its graph), so its code is generated only if
+    # someone reads or calls it.
+    gm = _finish(gm, placeholder_names, descs, out_descs, writes_allowed=written, lazy=True)
     _reuse_forward_draws(gm, len(meta.output_info))
     gm.meta[USER_FUNCTIONS] = backward_writes.user_functions
     gm.meta[REACHED_FROM] = backward_writes.reached_from
@@ -292,7 +294,7 @@ def _trace_joint_once(
             # Eager's leaves (the caller's, the function's own) take their gradient when it arrives.
             eager_leaves = [p for i, p in zip(wants_grad, wanted, strict=True) if meta.input_info[i].is_leaf]
             arrivals = _GradientArrivals([*eager_leaves, *made_leaves] if backward_writes.user_functions else [])
-            with EagerOverlapChecks(), backward_writes, sent, arrivals:
+            with backward_writes, sent, arrivals:  # (eager's overlap checks: ``backward_writes`` makes them)
                 # (The graph kept: a stand-in's gradient goes on through its value's history after.)
                 everything = arrivals.as_taken(
                     [*wanted, *made_leaves, *stand_in_leaves],
@@ -635,8 +637,9 @@ def trace_inference(
     return _finish(gm, [f"primals_{i + 1}" for i in range(len(primals))], descs, out_descs, copied)
 
 
-class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records the storages written while the backward is traced."""
+class _BackwardWrites(EagerOverlapChecks):
+    """Records the storages written while the backward is traced, and raises eager's overlap errors there
+    (one mode, not two stacked: every op of the backward trace passes each mode on the stack)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -654,7 +657,7 @@ class _BackwardWrites(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if isinstance(written, torch.Tensor) and torch.Tag.inplace_view not in func.tags:
                 self.storages.setdefault(storage_key(written), str(func))
                 self.written.append((written, str(func)))
-        return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
     def refuse_writes_outside_inputs(self, primals: Sequence[torch.Tensor], names: Sequence[str]) -> None:
         """Refuse a backward write into an input's memory outside its elements (through an ``as_strided`` at an
@@ -764,14 +767,15 @@ def _traced(fn: Callable[..., Any], decompositions: Mapping[Any, Callable[..., A
                 lazy_graph_module._get_graph_module_cls = _GRAPH_MODULE_CLS
 
 
-def _made_eager(gm: fx.GraphModule) -> fx.GraphModule:
+def _made_eager(gm: fx.GraphModule, children_only: bool = False) -> fx.GraphModule:
     """``gm``, and the graph modules it holds (a higher-order op's subgraphs, traced lazily too), as plain
     GraphModules with their code generated: what backends get (a lazy module generates its code on first
-    use, which TorchScript, say, refuses)."""
+    use, which TorchScript, say, refuses). ``children_only``: ``gm`` itself stays as it is (the joint graph,
+    which the partitioner copies its subgraphs from into the graphs backends get)."""
     for name, child in list(gm.named_children()):
         if isinstance(child, fx.GraphModule):
             setattr(gm, name, _made_eager(child))
-    if not isinstance(gm, lazy_graph_module._LazyGraphModule):
+    if children_only or not isinstance(gm, lazy_graph_module._LazyGraphModule):
         return gm
     plain = fx.GraphModule(gm, gm.graph, type(gm).__name__)
     plain.meta.update(gm.meta)
@@ -785,7 +789,10 @@ def _finish(
     out_descs: list[Any],
     copied: frozenset[int] = frozenset(),
     writes_allowed: frozenset[int] = frozenset(),
+    lazy: bool = False,
 ) -> fx.GraphModule:
+    """``gm`` renamed, described, functional, without detach; its code generated unless ``lazy`` (then on first
+    use: a lazy module made by ``_traced`` stays lazy)."""
     graph = gm.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     for node, name, desc in zip(placeholders, names, descs, strict=True):
@@ -820,8 +827,8 @@ def _finish(
     graph.eliminate_dead_code()
     graph.lint()
     # make_fx left its module lazy (``_traced``): its code is generated here, once.
-    finished = _made_eager(gm)
-    if finished is gm:
+    finished = _made_eager(gm, children_only=lazy)
+    if finished is gm:  # (a lazy module only notes that its code is stale)
         gm.recompile()
     return finished
 
