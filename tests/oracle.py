@@ -446,13 +446,15 @@ def _check_once(
             # (Using an output may raise already: eager refuses to take a stale no_grad view's history again.)
             loss = sum((outs[i] * cot).sum() for i, cot in zip(differentiable, cotangents, strict=True))
             assert isinstance(loss, torch.Tensor)
-            inner = [inputs[i] for i in eager_inner]
-            for t in inner:  # one backward: ``retain_grad`` gives what ``autograd.grad`` w.r.t. ``t`` would
-                t.retain_grad()
+            # One backward: a hook on each input's current history gets what ``torch.autograd.grad`` w.r.t. it
+            # would (``retain_grad`` would not: it keeps None for a view restrided in place).
+            inner: list[list[torch.Tensor]] = [[] for _ in eager_inner]
+            for i, seen in zip(eager_inner, inner, strict=True):
+                inputs[i].register_hook(seen.append)
             loss.backward()
         except RuntimeError as error:  # eager's backward may raise (a saved tensor modified in place)
             return error
-        return [leaf.grad for leaf in leaves], [t.grad for t in inner]
+        return [leaf.grad for leaf in leaves], [seen[0] if seen else None for seen in inner]
 
     compiled_result = grads(compiled_outs, compiled_leaves_in, compiled_inputs)
     eager_result = grads(eager_outs, eager_leaves_in, eager_inputs)
