@@ -487,6 +487,7 @@ class AOTFunction:
                 directory
                 and stored_key
                 and not entry.extra.get("forward_only")
+                and not entry.extra.get("written_split")
                 and not entry.extra.get("backward_writes")
                 and not entry.extra.get(REACHED_FROM)
             ):

@@ -470,6 +470,10 @@ class OutputAliasInfo(Generic[In, Out]):
     # Below the runtime epilogue: this output is the final value of that input, for the caller to
     # write back (or the inference graph to write itself: ``keep_inference_input_mutations``).
     new_value_of: In | None = None
+    # Below the runtime epilogue, on a new value whose write-back autograd records as eager's write: the input's
+    # info above, by which the core may write it back itself, cutting the forward there (later reads of the
+    # input then follow its new history, as eager's do: ``aot.compile.written_split``).
+    written_back: InputAliasInfo | None = None
     # Below the synthetic-base layer: this output is the new value of that input (a base) in that geometry
     # (size, stride, offset from the base's), which the layer writes back into the caller's memory. It sits in a
     # copy of the base laid out as the base: an autograd.Function's backward writing that copy (through this

@@ -419,10 +419,12 @@ def _check_once(
 
     # Inputs requiring grad that are no leaf (views, non-leaf inputs, inputs a mutation gave history): their
     # ``.grad`` stays empty, so ``torch.autograd.grad`` w.r.t. each is compared too, as a caller would ask it.
-    # Not yet (``tests/test_input_grads.py`` pins both classes; torch's AOTAutograd differs there too):
+    # Only when asked (``tests/test_input_grads.py``; torch's AOTAutograd differs in both classes):
     # - for inputs whose data the program wrote (eager's version counter moved): eager's gradient w.r.t. the
-    #   written input flows through every value later computed from it, ours only through the outputs that are
-    #   views of it (the whole forward is one autograd node);
+    #   written input flows through every value later computed from it; the core cuts the forward there
+    #   (``aot.compile.written_split``), except where the cut would differentiate what eager did not (an
+    #   autograd.Function, a self-overlapping write ...) or a layer above writes the input back (a view input's
+    #   synthetic base): there ours flows only through the outputs that are views of it;
     # - for inputs sharing memory with another input, written: eager takes a view's node again from its root
     #   after the write (the shared counter moved), a node after our single one; where the counter stays (a
     #   write through ``.data``) the synthetic-base layer routes the view's gradient through its own node.

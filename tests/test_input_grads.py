@@ -1,7 +1,8 @@
 """The gradient w.r.t. inputs that are no leaf (``retain_grad()`` or ``torch.autograd.grad`` on an input after the
-call), against eager: the oracle compares it for every input requiring grad, except two classes pinned here as
-strict xfails, where eager's gradient flows through autograd nodes our single compiled node does not have (and
-torch's AOTAutograd's does not either).
+call), against eager: the oracle compares it for every input requiring grad, and for two classes only when asked
+(the fixture here): inputs the program wrote (the forward is cut at their final value, so later reads follow the
+new history), and inputs sharing memory (a strict xfail: the gradient reaches the synthetic base's node, not each
+input's own view node; torch's AOTAutograd's does not either).
 """
 
 from __future__ import annotations
@@ -67,13 +68,10 @@ def input_grads() -> Iterator[None]:
     oracle.WRITTEN_INPUT_GRADS, oracle.ALIASED_INPUT_GRADS = saved
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a written input's gradient flows in eager through every value later computed from it (x + y); ours "
-    "only through outputs regenerated as views of it (x.t()): the forward is one autograd node taking the input "
-    "as it was before the write. Fixing it splits the graph at the input's last write (two nodes).",
-)
 def test_gradient_wrt_written_input(input_grads: None) -> None:
+    """A written input's gradient flows in eager through every value later computed from it (x + y), not only
+    through outputs regenerated as views of it (x.t()): the forward is cut at the input's final value
+    (``aot.compile.written_split``). Variants: ``tests/test_fuzz_written_input_grads.py``."""
     check(_written_then_read, _non_leaf)
 
 

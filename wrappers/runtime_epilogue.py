@@ -106,6 +106,7 @@ class RuntimeEpilogue:
                 requires_grad=meta.input_info[arg_idx].requires_grad_after,
                 spec=TensorSpec.of(outer.args[arg_idx]),
                 new_value_of=GraphArg(arg_idx),
+                written_back=_recorded_write(meta.input_info[arg_idx]),
             )
             for arg_idx in mutated
         )
@@ -486,3 +487,10 @@ def _unmutated(info: Any) -> Any:
         version_bumps=0,
         writes_recorded_past_base=False,
     )
+
+
+def _recorded_write(info: Any) -> Any:
+    """The input's info where its write-back gives it a history later reads of it follow (see
+    ``OutputAliasInfo.written_back``); None where autograd records no write, or records it past its base."""
+    recorded = info.mutation_visible_to_autograd and info.requires_grad_after
+    return info if recorded and not info.writes_recorded_past_base else None

@@ -35,6 +35,7 @@ from aot.compile.input_writes import keep_input_writes
 from aot.compile.partition import output_values, saved_values
 from aot.compile.runtime_asserts import insert_runtime_asserts
 from aot.compile.trace import REACHED_FROM, USER_FUNCTIONS, example_inputs, trace_inference, trace_joint
+from aot.compile.written_split import reads_a_final_value, split_at_written_inputs, split_runtime
 from aot.config import AOTConfig
 from meta.collect import raised_by_eager_backward
 from meta.indices import GraphArg, GraphOut, UserArg, UserOut
@@ -116,6 +117,10 @@ def compile_core(
         entry.forward, entry.backward = config.partition_fn(joint, example_inputs(joint), num_fwd_outputs=num_outputs)
         insert_runtime_asserts(entry.forward, "forward")
         insert_runtime_asserts(entry.backward, "backward")
+        split = _split_at_written_inputs(stage, config, entry, compile_function)
+        if split is not None:
+            _mark_static_inputs(entry, meta)
+            return split
     else:
         entry.inference = trace_inference(stage.fn, stage.args, meta, config.decompositions, stage.copied)
         if config.keep_inference_input_mutations:
@@ -123,6 +128,35 @@ def compile_core(
         insert_runtime_asserts(entry.inference, "inference")
     _mark_static_inputs(entry, meta)
     return runtime_from_graphs(meta, config, entry, compile_function)
+
+
+def _split_at_written_inputs(
+    stage: CoreStage, config: AOTConfig, entry: CompiledEntry, compile_function: CompileFunction
+) -> Runtime | None:
+    """The runtime of the forward cut at the final values of written inputs later reads follow in eager
+    (``aot.compile.written_split``); None where the program needs no cut, or one we do not make: an
+    autograd.Function's backward, or symbolic sizes, which the stages compiled apart would not keep; an input
+    restrided after the call."""
+    meta = stage.meta
+    if entry.joint is None or not reads_a_final_value(entry.joint, meta):
+        return None
+    if entry.extra.get(USER_FUNCTIONS, True) or entry.dynamic_positions or config.dynamic:
+        return None
+    # An input a layer above restrides in place after the call: a stage saving it would see the new geometry.
+    if any(info.restrided_after_call or info.reaches_below for info in meta.input_info):
+        return None
+    split = split_at_written_inputs(entry.joint, meta)
+    if split is None:
+        return None
+    entry.extra["written_split"] = split
+    inner = dataclasses.replace(config, num_params_buffers=0, dynamic=False, dynamic_dims=())
+
+    def compile_stage(gm: fx.GraphModule, stage: int) -> Callable[..., Any]:
+        names = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+        compiled: Callable[..., Any] = compile_function(gm, inner, names)
+        return compiled
+
+    return split_runtime(split, meta, compile_stage)
 
 
 def _mark_static_inputs(entry: CompiledEntry, meta: ViewAndMutationMeta[GraphArg, GraphOut]) -> None:
