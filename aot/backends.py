@@ -39,11 +39,34 @@ def to_boxed(compiled: Callable[..., Any]) -> Callable[[list[Any]], Any]:
     """Whatever a compiler returned, as a boxed callable."""
     if getattr(compiled, "_boxed_call", False):
         return compiled
+    if isinstance(compiled, fx.GraphModule) and _plain_graph_module(compiled):
+        # Its generated forward, called straight: a GraphModule's own call (fx's error-printing wrapper, then
+        # nn.Module's hook dispatch, for a module with no hooks and no __call__ of its own) costs more than a
+        # small graph's code, at every call. Nothing else differs: the same code runs (looked up at each call: a
+        # recompile() replaces it), the same errors rise.
+        module = compiled
+
+        def boxed_forward(args: list[Any]) -> Any:
+            return module.forward(*args)
+
+        return boxed_forward
 
     def boxed(args: list[Any]) -> Any:
         return compiled(*args)
 
     return boxed
+
+
+def _plain_graph_module(compiled: fx.GraphModule) -> bool:
+    """A GraphModule whose call is its ``forward``: no hooks, no ``__call__`` of its own."""
+    wrapped = getattr(compiled, "_wrapped_call", None)
+    hooks = (
+        compiled._forward_hooks,
+        compiled._forward_pre_hooks,
+        compiled._backward_hooks,
+        compiled._backward_pre_hooks,
+    )
+    return wrapped is not None and getattr(wrapped, "cls_call", True) is None and not any(hooks)
 
 
 def nop(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:

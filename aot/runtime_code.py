@@ -74,6 +74,37 @@ def _strides_check(name: str, leaf: torch.Tensor) -> str:
     return f"{name}.stride() == {tuple(leaf.stride())!r}"
 
 
+def _tensor_checks(source: Source, name: str, leaf: torch.Tensor) -> list[str]:
+    """What ``tensor_guards`` checks, one attribute at a time (where torch has no ``TensorGuards``)."""
+    return [
+        # The exact type: a subclass (or a parameter where a plain tensor was) takes the full check.
+        f"type({name}) is {source.const(type(leaf), type(leaf).__name__)}",
+        f"{name}.shape == {source.const(leaf.shape, 'size')}",
+        _strides_check(name, leaf),
+        f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
+        f"{name}.is_cpu" if leaf.device.type == "cpu" else f"{name}.device == {source.const(leaf.device, 'dev')}",
+        f"{name}.requires_grad" if leaf.requires_grad else f"not {name}.requires_grad",
+    ]
+
+
+def _tensor_guards(leaves: Sequence[torch.Tensor]) -> Any:
+    """torch's C++ check of a list of tensors (dynamo's ``TensorGuards``: each one's exact Python type, dispatch
+    keys, dtype, device, requires_grad, sizes and strides, in one call, a tenth of the attribute reads), made for
+    ``leaves``; None where this torch has none (the generated code reads the attributes then). It checks more
+    than the signature (the dispatch keys: conjugate and negative bits): a miss there only takes the full path."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    make = getattr(guards, "TensorGuards", None)
+    if make is None or not leaves:
+        return None
+    try:
+        tensor_guards = make(*leaves, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        if tensor_guards.check(*leaves) is not True:
+            return None
+    except Exception:  # another signature in another torch: the attribute reads
+        return None
+    return tensor_guards
+
+
 def _emit_storage_checks(source: Source, names: list[str], leaves: Sequence[torch.Tensor]) -> None:
     """Which inputs share a storage, as the entry's; and of those, what the signature says of them
     (``aot.signature``: which are the same object, their offsets, view-ness, shared version counters)."""
@@ -106,10 +137,27 @@ def _emit_storage_checks(source: Source, names: list[str], leaves: Sequence[torc
         checks.append(f"{names[p]}.storage_offset() == {leaves[p].storage_offset()}")
         checks.append(f"{names[p]}._is_view()" if leaves[p]._is_view() else f"not {names[p]}._is_view()")
     source.line(f"if not ({' and '.join(checks)}): return MISS  # the same objects, offsets, view-ness")
-    counters = source.const(counter_groups, "counter_groups")
-    expected = counter_groups([leaves[p] for p in shared])
-    listed = ", ".join(names[p] for p in shared)
-    source.line(f"if {counters}([{listed}]) != {expected!r}: return MISS  # the version counters they share")
+    _emit_counter_check(source, [names[p] for p in shared], counter_groups([leaves[p] for p in shared]))
+
+
+def _emit_counter_check(source: Source, names: list[str], groups: list[int]) -> None:
+    """Which of ``names`` share a version counter, as ``groups`` (``meta.versions.counter_groups``) says,
+    straight-line: each set to a distinct value in turn, a group reads its last member's, then put back.
+    (The guard checked above that none is an inference tensor: each has a counter.)"""
+    set_counters = source.const(torch._C._autograd._unsafe_set_version_counter, "set_counters")
+    listed = f"({', '.join(names)},)"
+    tensors, versions, start = source.fresh("shared"), source.fresh("versions"), source.fresh("start")
+    source.line("# the version counters they share: each set to start + its position, a group reads its last's")
+    source.line(f"{tensors} = {listed}")
+    source.line(f"{versions} = ({''.join(f'{name}._version, ' for name in names)})")
+    source.line(f"{start} = max({versions}) + 1")
+    source.line(f"{set_counters}({tensors}, tuple(range({start}, {start} + {len(names)})))")
+    last = {group: k for k, group in enumerate(groups)}
+    marks = " and ".join(f"{name}._version == {start} + {last[groups[k]]}" for k, name in enumerate(names))
+    marked = source.fresh("marked")
+    source.line(f"{marked} = {marks}")
+    source.line(f"{set_counters}({tensors}, {versions})")
+    source.line(f"if not {marked}: return MISS")
 
 
 def entry_function(
@@ -141,27 +189,29 @@ def entry_function(
             key = source.const(state_key(), "state")
             source.line(f"if {source.const(state_key, 'state_key')}() != {key}: return MISS")
         source.line(f"if {source.const(hooked, 'hooked')}(): return MISS")
+        tensor_guards = _tensor_guards(leaves)
+        if tensor_guards is not None:
+            source.line(
+                f"if not {source.const(tensor_guards, 'tensor_guards')}.check({', '.join(names)}): return MISS"
+                "  # exact types, shapes, strides, dtypes, devices, requires_grad, dispatch keys"
+            )
         for name, leaf in zip(names, leaves, strict=True):
-            checks = [
-                # The exact type: a subclass (or a parameter where a plain tensor was) takes the full check.
-                f"type({name}) is {source.const(type(leaf), type(leaf).__name__)}",
-                f"{name}.shape == {source.const(leaf.shape, 'size')}",
-                _strides_check(name, leaf),
-                f"{name}.dtype is {source.const(leaf.dtype, 'dtype')}",
-                f"{name}.is_cpu"
-                if leaf.device.type == "cpu"
-                else f"{name}.device == {source.const(leaf.device, 'dev')}",
-            ]
+            checks = [] if tensor_guards is not None else _tensor_checks(source, name, leaf)
             if leaf.requires_grad:
-                checks.append(f"{name}.requires_grad")
                 checks.append(f"{name}.is_leaf" if leaf.is_leaf else f"not {name}.is_leaf")
-                # (a view made under no_grad is a leaf too)
-                checks.append(f"{source.const(how_made, 'how_made')}({name}) == {how_made(leaf)}")
+                if leaf._base is None:
+                    checks.append(f"{name}._base is None")  # so made in grad mode (``how_made`` 0), no leaf view
+                else:
+                    # (a view made under no_grad is a leaf too)
+                    checks.append(f"{source.const(how_made, 'how_made')}({name}) == {how_made(leaf)}")
+                    if leaf.is_leaf:  # a leaf view: whether its base requires grad (``leaf_of_ungraded_base``)
+                        checks.append(f"{name}._base.requires_grad is {leaf._base.requires_grad}")
             else:
-                checks.append(f"not {name}.requires_grad")
                 # The signature tells views needing no grad apart (``requires_grad_()`` on one makes a leaf).
                 checks.append(f"{name}._is_view()" if leaf._is_view() else f"not {name}._is_view()")
-            checks.append(f"not {name}.is_inference()")
+            if tensor_guards is None or inference:
+                # (Outside inference mode an inference tensor's dispatch keys differ: ``tensor_guards`` tells.)
+                checks.append(f"not {name}.is_inference()")
             source.line(f"if not ({' and '.join(checks)}): return MISS")
         if names:
             # Only torch._dynamo's mark_dynamic marks a tensor: while it is not imported, nothing to look at.

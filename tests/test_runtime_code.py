@@ -89,6 +89,45 @@ def test_guard_misses_take_the_full_check() -> None:
     check(plain, lambda: (storage[:12].view(3, 4), storage[12:32].view(4, 5)), compiled_fn=compiled, calls=2)
 
 
+@pytest.mark.parametrize("tensor_guards", [True, False], ids=["tensor_guards", "attribute_reads"])
+def test_guard_misses_what_the_signature_tells(monkeypatch, tensor_guards: bool) -> None:  # type: ignore[no-untyped-def]
+    """The guard with torch's ``TensorGuards`` and without it (the attribute reads): each difference the full
+    signature tells misses it (a new entry), each call as eager's."""
+    if not tensor_guards:
+        monkeypatch.setattr(runtime_code, "_tensor_guards", lambda leaves: None)
+    compiled = aot.aot_function(plain, aot.nop)
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    ungraded = torch.zeros(3, 6)
+    leaf_view = ungraded[:, :4].requires_grad_()  # a leaf view of a base requiring no grad
+    big = torch.randn(4, 6)
+    calls: list = [
+        (x, w),
+        (x, w),
+        lambda: (x, torch.nn.Parameter(w.detach().clone())),  # a parameter where a tensor was: the same entry
+        lambda: (big[:3, :4], w),  # a view needing no grad
+        (leaf_view, w.detach()),
+        (leaf_view, w.detach()),
+    ]
+    for args in calls:
+        check(plain, args, compiled_fn=compiled, calls=1)
+    assert len(compiled.entries) == 3
+    compiled(leaf_view, w.detach())  # (the oracle copies its inputs: not this base's requires_grad)
+    ungraded.requires_grad_()  # the same leaf view, its base now requiring grad: the signature differs
+    torch.testing.assert_close(compiled(leaf_view, w.detach()), plain(leaf_view, w.detach()))
+    assert len(compiled.entries) == 4
+    with torch.inference_mode():
+        made = torch.randn(3, 4)
+    needs_none = w.detach()
+    compiled(x, needs_none)
+    compiled(x, needs_none)
+    assert len(compiled.entries) == 5
+    # An inference tensor (called directly: the oracle's copy would be none): not the entry used last.
+    torch.testing.assert_close(compiled(made, needs_none), plain(made, needs_none))
+    assert len(compiled.entries) == 6
+    check(plain, (x, w), compiled_fn=compiled, calls=1)
+    assert len(compiled.entries) == 6
+
+
 def test_module_modes_are_guarded() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
     compiled = aot.aot_module(model, aot.nop)

@@ -366,8 +366,9 @@ def make_training_runtime(
                             raise
                         refused = error  # eager's double backward raises it, its first-order one does not
             # Detached: the graph runs without autograd, and some kernels refuse inputs requiring grad
-            # whatever the grad mode (as_strided_scatter of a non-contiguous one).
-            detached = [arg.detach() if isinstance(arg, torch.Tensor) else arg for arg in args]
+            # whatever the grad mode (as_strided_scatter of a non-contiguous one). Only those: a detach() per
+            # saved value was most of a long graph's backward prologue (the saved values rarely require grad).
+            detached = [arg.detach() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args]
             if torch.is_grad_enabled():
                 with torch.no_grad():
                     results = backward_fn()(detached)
