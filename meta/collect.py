@@ -470,6 +470,10 @@ def collect_meta(
         if id(root) in input_position and id(out) in after_set:
             base = input_position[id(root)]
             chain = _from_moved_geometry(chain, root, initial_geometry[base], root_geometry)
+            # A view taken before the input moved, then set_() onto the input's new memory (``v.set_(input)``):
+            # the set_() is replayed within that memory, from where the view sat (no traced tensor at runtime).
+            chain = _moved_view_set_within(_sources_as_offsets(chain, root), root)
+            _refuse_chain_with_traced_tensor(chain, base)
             output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=chain, after_set=True))
             continue
         chain = _sources_as_offsets(chain, root, root_geometry)
@@ -904,6 +908,29 @@ def _from_moved_geometry(
     size, stride, offset = geometry if geometry is not None else initial
     first = dataclasses.replace(chain[0], from_geometry=(size, stride, offset - offset_of(root)))
     return (first, *chain[1:])
+
+
+def _moved_view_set_within(chain: tuple[ViewStep, ...], root: torch.Tensor) -> tuple[ViewStep, ...]:
+    """``chain`` of a view of an input that moved, ``set_()`` within the input's new memory: the steps up to the
+    last such ``set_()`` become one view of the caller's moved tensor in the geometry the ``set_()`` left. Eager's
+    view may have been taken on the old memory, before the move: what it was before the ``set_()`` has no place
+    in the new memory (the replay would take it out of bounds); only its final geometry, its ``_base`` (the
+    input) and a history by strides are left of it."""
+    first = chain[0].from_geometry
+    last = max((i for i, step in enumerate(chain) if step.op is set_within), default=None)
+    if first is None or last is None:
+        return chain
+    with torch.no_grad():
+        moved = replay_views(root, chain[: last + 1])
+    geometry = (tuple(moved.shape), tuple(moved.stride()), offset_of(moved) - offset_of(root))
+    step = ViewStep(
+        torch.ops.aten.alias.default,
+        grad_enabled=chain[0].grad_enabled,
+        key=chain[last].key,
+        from_geometry=geometry,
+        version=chain[0].version,
+    )
+    return (step, *chain[last + 1 :])
 
 
 def _new_storages(

@@ -1140,3 +1140,77 @@ def _moved_onto_function_output(view):
 def test_view_of_input_moved_onto_function_output_refused(view):
     with pytest.raises(UnsupportedMutationError, match="set_"):
         check_in_mode(_moved_onto_function_output(view), _expanded_leaf_2x4, "training")
+
+
+# Seed 30, program 784: a view of an input taken before set_() under no_grad moved the input, then set_() itself
+# onto the input in its new memory (or onto another input the input moved onto). Eager's view stays a view of
+# the input (its ``_base``), in the new memory, with a history by strides. The replay's chain kept the set_()
+# onto the traced input (a fake at runtime: was an internal FakeTensor assert), and where the geometry the input
+# had before the move does not fit its new memory, the replay took it out of bounds (was: setStorage).
+def _view_then_moved_then_set_onto(view, move, onto):
+    def f(a0, a1):
+        v0 = view(a0)
+        with torch.no_grad():
+            a0.set_(v0.clone() if move == "clone" else a1)
+        with torch.no_grad():
+            v0.set_(onto(a0, a1))
+        return (v0,) if move == "clone" else (v0, a0)
+
+    return f
+
+
+def _two_inputs(kind, first=(4, 1), second=(1, 4)):
+    def make_args():
+        tensors = [torch.randn(*shape, generator=_gen()) for shape in (first, second)]
+        if kind == "leaf":
+            return tuple(t.requires_grad_() for t in tensors)
+        if kind == "non_leaf":
+            return tuple(t.requires_grad_().clone() for t in tensors)
+        return tuple(tensors)
+
+    return make_args
+
+
+VIEW_SET_ONTO_MOVED_INPUT = {
+    "program_784": (_view_then_moved_then_set_onto(lambda a: a.transpose(0, -1), "clone", lambda a0, a1: a0), "leaf"),
+    "transpose_plain": (_view_then_moved_then_set_onto(lambda a: a.transpose(0, -1), "clone", lambda a0, a1: a0), ""),
+    "slice_out_of_new_memory": (_view_then_moved_then_set_onto(lambda a: a[1:], "clone", lambda a0, a1: a0), ""),
+    "slice_onto_offset": (
+        _view_then_moved_then_set_onto(lambda a: a[1:], "clone", lambda a0, a1: a0.view(-1)[1:]),
+        "",
+    ),
+    "unsqueeze_onto_other_input": (
+        _view_then_moved_then_set_onto(lambda a: a.unsqueeze(0), "input", lambda a0, a1: a0),
+        "",
+    ),
+    "flat_onto_other_input_slice": (
+        _view_then_moved_then_set_onto(lambda a: a.view(-1), "input", lambda a0, a1: a1.view(-1)[1:]),
+        "",
+    ),
+    "transpose_onto_other_input": (
+        _view_then_moved_then_set_onto(lambda a: a.transpose(0, -1), "input", lambda a0, a1: a1),
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_SET_ONTO_MOVED_INPUT))
+def test_view_set_onto_moved_input(name, mode):
+    fn, kind = VIEW_SET_ONTO_MOVED_INPUT[name]
+    shapes = ((4, 2), (2, 4)) if name.startswith(("slice", "flat", "unsqueeze")) else ((4, 1), (1, 4))
+    check_in_mode(fn, _two_inputs(kind, *shapes), mode)
+
+
+@pytest.mark.parametrize(
+    ("move", "kind", "first", "second"),
+    [("clone", "non_leaf", (4, 2), (2, 4)), ("input", "leaf", (4, 1), (1, 4))],
+    ids=["non_leaf_moved", "leaf_view_moved_onto_other_input"],
+)
+def test_view_set_onto_moved_input_requiring_grad_refused(move, kind, first, second):
+    # An input (or its view) requiring grad moved under no_grad to another geometry: the documented refusal.
+    fn = _view_then_moved_then_set_onto(
+        lambda a: a.transpose(0, -1), move, lambda a0, a1: a0 if move == "clone" else a1
+    )
+    with pytest.raises(UnsupportedMutationError, match="set_"):
+        check_in_mode(fn, _two_inputs(kind, first, second), "training")
