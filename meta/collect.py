@@ -198,7 +198,13 @@ def collect_meta(
     if recorder.set_refusal is not None and differentiated:
         _refuse_set(*recorder.set_refusal, fakes, names)
     if differentiated:
-        _refuse_moved_then_written(recorder, fakes, names)
+        # Views of a base requiring grad moved in place are refused alike: eager's write goes into the base's history.
+        in_place = {
+            id(fake): recorder.moved_in_place[id(fake)]
+            for fake, real in zip(fakes, flat_args, strict=True)
+            if id(fake) in recorder.moved_in_place and real._base is not None and real._base.requires_grad
+        }
+        _refuse_moved_then_written(recorder, fakes, names, in_place)
     fake_ids = {id(fake) for fake in fakes}
     # Each data write's root: the input it went through (its memory outside the input's elements too).
     write_roots = [
@@ -565,11 +571,18 @@ def _reaches(leaf: torch.Tensor, outs: Sequence[Any]) -> bool:
     return any(getattr(node, "variable", None) is leaf for node in autograd_nodes(roots))
 
 
-def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str]) -> None:
-    """Refuse a write under grad mode into an input after set_() moved its history: eager records it as a
-    write into the input's base (whose history the caller sees change), which the graph cannot give the base."""
+def _refuse_moved_then_written(
+    recorder: ViewRecorder, fakes: Sequence[torch.Tensor], names: Sequence[str], moved_in_place: dict[int, int]
+) -> None:
+    """Refuse a write under grad mode into an input after set_() moved its history (or, ``moved_in_place``, moved
+    a view of a base requiring grad onto other memory in the same geometry): eager records it as a write into the
+    input's base (whose history the caller sees change), which the graph cannot give the base."""
     for i, fake in enumerate(fakes):
         since = recorder.moved_history.get(id(fake))
+        # Moved in place, its history as it was is the compiled function's: an identity write's record (adding a
+        # constant) passes the caller's base the gradients it did, so eager's answer stands.
+        in_place = since is None
+        since = moved_in_place.get(id(fake)) if in_place else since
         if since is None:
             continue
         for write in recorder.writes:
@@ -577,6 +590,7 @@ def _refuse_moved_then_written(recorder: ViewRecorder, fakes: Sequence[torch.Ten
             # ones autograd does not track (``.data``), leave its base's history alone, in eager too.
             through = write.tensor is fake or (write.tensor._base is not None and write.tensor._base is fake._base)
             recorded = write.grad_enabled and write.tensor.requires_grad and not write.metadata_only
+            recorded = recorded and not (in_place and write.identity_history)
             if write.seq > since and recorded and through and write.hits(fake):
                 raise UnsupportedMutationError(
                     f"input {i} ({names[i]}) is written in place under grad mode after set_() under no_grad moved "

@@ -74,6 +74,9 @@ class Write:
     version: int = -1
     # A metadata-only write: the geometry it left the tensor in, set when the recorder settles it.
     geometry: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # A write whose derivative is the identity of what it writes into, adding values requiring no grad (``add_``,
+    # ``sub_``): autograd's record of it passes gradients as the tensor's old history does.
+    identity_history: bool = False
 
     def __post_init__(self) -> None:
         self.storage, self.extent = storage_key(self.tensor), touch_interval(self.tensor)
@@ -145,6 +148,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Inputs whose history set_() moved (see ``_refuse_set_of_input_with_history``), by id: the clock then;
         # and leaves whose geometry changed under no_grad after a use autograd recorded (see ``_note_grad_use``).
         self.moved_history: dict[int, int] = {}
+        # Inputs set_() under no_grad moved onto other memory in the geometry they had, by id: the clock then.
+        # A view's later reads take its history again as it was; a write autograd records goes into its base's.
+        self.moved_in_place: dict[int, int] = {}
         # Tensors (by id) a set_() autograd recorded was made on (grad mode, the target or the source requiring
         # grad): their history is set_'s, whose derivative raises.
         self.recorded_sets: set[int] = set()
@@ -314,7 +320,9 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
                     hidden = not tensor.requires_grad
-                    self.writes.append(Write(tensor, metadata_only, grad_enabled, hidden, self.clock))
+                    write = Write(tensor, metadata_only, grad_enabled, hidden, self.clock)
+                    write.identity_history = _adds_constant(func, args, kwargs)
+                    self.writes.append(write)
         if writes:
             self._pending_write = (self.clock, not metadata_only)
         step_kwargs = tuple(sorted(kwargs.items()))
@@ -386,8 +394,14 @@ class ViewRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         graph, where the input is a base of its own, cannot reproduce: refused unless its geometry stays, no
         output has a gradient (``collect_meta`` decides, after the run), or the input is a view of a base
         requiring grad, which the MetadataMutation layer then hands the function."""
-        # The same geometry elsewhere: both histories are taken again as they were (values come from the graph).
-        if records() or not tensor.requires_grad or before[1] == geometry_of(tensor):
+        if records() or not tensor.requires_grad:
+            return
+        if before[1] == geometry_of(tensor):
+            # The same geometry elsewhere: both histories are taken again as they were (values come from the
+            # graph). Not so a write autograd records after: eager records it into the history of a view's base,
+            # which stays in the caller's memory (see ``moved_in_place``).
+            if id(tensor) in self._alias_sources and storage_key(tensor) != before[0]:
+                self.moved_in_place.setdefault(id(tensor), self.clock)
             return
         root = view_root(tensor)
         # (A view's leafness is not asked: autograd on fakes may fail to take its history again.)
@@ -672,6 +686,15 @@ def _out_of_place_view(op: Any) -> Any:
         if [(arg.name, str(arg.type)) for arg in candidate._schema.arguments] == wanted:
             return candidate
     return None
+
+
+def _adds_constant(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """``func`` adds to (subtracts from) its first argument values requiring no grad: its derivative for that
+    argument is the identity, and it has none for the others."""
+    if func not in (aten.add_.Tensor, aten.add_.Scalar, aten.sub_.Tensor, aten.sub_.Scalar):
+        return False
+    others = tree_flatten((args[1:], kwargs))[0]
+    return not any(isinstance(t, torch.Tensor) and t.requires_grad for t in others)
 
 
 def base_state(tensor: torch.Tensor) -> int | None:

@@ -273,6 +273,75 @@ def test_moved_then_written_under_grad_mode_refused():
     assert torch.equal(before[0], a0) and before[1:] == (a0.shape, a0.stride(), a0.storage_offset(), a0._version)
 
 
+# Seed 30, program 985: a view of a non-leaf moved by set_() under no_grad onto other memory in the geometry it
+# had (offset 0 of a clone), then written in grad mode. Eager takes the view's history again as it was, and
+# records the write into its base's history (CopySlices on the caller's base, whose memory the write no longer
+# reaches); the compiled function lost the write's derivative (``grad of autograd leaf 0``). Refused, as for a
+# move to another geometry; reads alone after the move, or writes autograd does not record, stay exact.
+def _moved_in_place_then(write, onto):
+    def fn(a0, a1):
+        with torch.no_grad():
+            a0.set_(onto(a0, a1))
+        write(a0)
+        return (sum(t.real.sum() for t in (a0, a1)),)
+
+    return fn
+
+
+_IN_PLACE_WRITES = {
+    "sigmoid_": lambda t: t.sigmoid_(),
+    "mul_": lambda t: t.mul_(2),
+    "zero_": lambda t: t.zero_(),
+    "row_mul_": lambda t: t[0].mul_(3),
+    "add_grad": lambda t: t.add_(torch.full((3, 4), 2.0, requires_grad=True) * 1),
+}
+_IN_PLACE_ONTO = {
+    "other_clone": lambda a0, a1: a1.clone(),
+    "own_clone": lambda a0, a1: a0.clone(),
+    "fresh": lambda a0, a1: torch.ones(3, 4),
+    "other_input": lambda a0, a1: a1,
+}
+
+
+def _two_views_at_offset_0(start: int = 24):
+    def make():
+        s0 = torch.randn(36, generator=_gen()).requires_grad_() * 1
+        return s0[0:12].view(3, 4), s0[start : start + 12].view(3, 4)
+
+    return make
+
+
+@pytest.mark.parametrize("onto", sorted(_IN_PLACE_ONTO))
+@pytest.mark.parametrize("write", sorted(_IN_PLACE_WRITES))
+@pytest.mark.parametrize("start", [0, 6, 24])
+def test_moved_in_place_then_written_under_grad_mode_refused(write, onto, start):
+    if onto == "other_input" and start == 0:
+        pytest.skip("set_() onto a view in its own place moves nothing (test_moved_in_place_then_read_or_added)")
+    fn = _moved_in_place_then(_IN_PLACE_WRITES[write], _IN_PLACE_ONTO[onto])
+    args = _two_views_at_offset_0(start)()
+    before = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
+    with pytest.raises(UnsupportedMutationError, match="written in place under grad mode after set_"):
+        aot.aot_function(fn, aot.nop)(*args)
+    after = [(a.clone(), a.shape, a.stride(), a.storage_offset(), a._version) for a in args]
+    assert all(torch.equal(b[0], a[0]) and b[1:] == a[1:] for b, a in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("mode", ["training", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("onto", sorted(_IN_PLACE_ONTO))
+def test_moved_in_place_then_read_or_added(onto, mode):
+    # Read after the move; written by adding a constant, whose record passes the base's gradients as they were
+    # (eager's base has a CopySlices of its own, the gradients are the same); any write where autograd records
+    # nothing: eager's answer, as a set_() onto a view in the input's own place, which moves nothing.
+    onto_ = _IN_PLACE_ONTO[onto]
+    check_in_mode(_moved_in_place_then(lambda t: t.sigmoid(), onto_), _two_views_at_offset_0(), mode)
+    if onto != "other_input":  # (onto another input's place: a move to another geometry, refused before)
+        check_in_mode(_moved_in_place_then(lambda t: t.add_(1.5), onto_), _two_views_at_offset_0(), mode)
+    for write in ("sigmoid_", "row_mul_", "add_grad") if onto == "other_input" else ():
+        check_in_mode(_moved_in_place_then(_IN_PLACE_WRITES[write], onto_), _two_views_at_offset_0(0), mode)
+    if mode != "training":
+        check_in_mode(_moved_in_place_then(_IN_PLACE_WRITES["sigmoid_"], onto_), _two_views_at_offset_0(), mode)
+
+
 # A leaf requiring grad moved to another geometry of its shape (strides, offset): eager's AccumulateGrad
 # takes the gradients of later uses element by element, as it takes those of uses before.
 def _leaf_moved_onto_its_transpose(a0, a1, a2):
