@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -1140,3 +1142,99 @@ def _moved_onto_function_output(view):
 def test_view_of_input_moved_onto_function_output_refused(view):
     with pytest.raises(UnsupportedMutationError, match="set_"):
         check_in_mode(_moved_onto_function_output(view), _expanded_leaf_2x4, "training")
+
+
+# Seed 30 program 1052: an intermediate with its own history set_() under no_grad onto an input's memory (set_()
+# keeps that history), a view of it returned. Eager's view shares the input's memory and its _base is the
+# intermediate, no input (nor the input's base); it was returned as a view of the input. The same with the
+# intermediate returned too: eager's view is of that output.
+def _own_history_onto(source, view, with_moved=False, autocast=False):
+    def f(a0):
+        v0 = a0 @ a0.mT
+        with torch.autocast("cpu", enabled=False) if autocast else contextlib.nullcontext():
+            v1 = a0 @ a0.mT
+        with torch.no_grad():
+            v1.set_(source(a0))
+        v2 = view(v1)
+        return (v1, v2) if with_moved else (v2, v0)
+
+    return f
+
+
+def _leaf_view_of_non_leaf_3x4():
+    l0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return ((l0 * 1)[12:24].view(3, 4),)
+
+
+def _leaf_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_(),)
+
+
+def _non_leaf_own_3x4():
+    return (torch.randn(3, 4, generator=_gen()).requires_grad_() * 1,)
+
+
+def _plain_view_3x4():
+    return (torch.randn(24, generator=_gen())[12:24].view(3, 4),)
+
+
+_ONTO = {"input": lambda a0: a0, "row_view": lambda a0: a0[1:]}
+_VIEWS = {
+    "narrow": lambda t: t.narrow(-1, 1, 3),
+    "t": lambda t: t.t(),
+    "flat": lambda t: t.view(-1),
+    "row": lambda t: t[0],
+}
+_ARGS = {
+    "leaf_view": _leaf_view_of_non_leaf_3x4,
+    "leaf": _leaf_3x4,
+    "non_leaf": _non_leaf_own_3x4,
+    "plain_view": _plain_view_3x4,
+}
+VIEW_OF_OWN_HISTORY_ON_INPUT = {
+    f"{onto}_{view}_{args}{'_with_moved' if moved else ''}{'_autocast' if autocast else ''}": (
+        _own_history_onto(_ONTO[onto], _VIEWS[view], moved, autocast),
+        _ARGS[args],
+    )
+    for onto in _ONTO
+    for view in _VIEWS
+    for args in _ARGS
+    for moved, autocast in ((False, False), (True, False), (False, True))
+    if not (autocast and (view != "narrow" or onto != "input"))
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(VIEW_OF_OWN_HISTORY_ON_INPUT))
+def test_view_of_intermediate_with_own_history_moved_onto_input(name, mode):
+    check_in_mode(*VIEW_OF_OWN_HISTORY_ON_INPUT[name], mode)
+
+
+def _own_history_onto_then(source, returned, write=False):
+    def f(a0):
+        v1 = a0 @ a0.mT
+        with torch.no_grad():
+            v1.set_(source(a0))
+        outs = returned(v1)
+        if write:  # the view written under no_grad: eager's write reaches the input's memory
+            with torch.no_grad():
+                outs[0].mul_(2)
+        return outs
+
+    return f
+
+
+VIEWS_OF_OWN_HISTORY_ON_INPUT = {
+    "view_then_moved": _own_history_onto_then(lambda a0: a0, lambda t: (t[0], t)),
+    "two_views": _own_history_onto_then(lambda a0: a0, lambda t: (t[0], t.t())),
+    "three_views": _own_history_onto_then(lambda a0: a0, lambda t: (t[0], t.t(), t[1:])),
+    "view_written": _own_history_onto_then(lambda a0: a0, lambda t: (t[0],), write=True),
+    "onto_column": _own_history_onto_then(lambda a0: a0.t(), lambda t: (t[1:],)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("args", sorted(_ARGS))
+@pytest.mark.parametrize("name", sorted(VIEWS_OF_OWN_HISTORY_ON_INPUT))
+def test_views_of_intermediate_with_own_history_moved_onto_input(name, args, mode):
+    check_in_mode(VIEWS_OF_OWN_HISTORY_ON_INPUT[name], _ARGS[args], mode)
