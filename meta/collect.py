@@ -520,6 +520,11 @@ def collect_meta(
         chain = _from_final_geometry(chain, root, root_geometry)
         if id(root) in first_position:
             base_out = first_position[id(root)]
+            if chain[0].in_place and out._base is root and (views := _views_of_moved(recorder, out, root, fake_mode)):
+                # The returned tensor was moved in place (set_()) before the view was taken: the output is that
+                # tensor as it ends, so the view is taken from it as it is, without moving it again (a replay
+                # of the move would move an alias of it, which eager's _base is not).
+                chain = views
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_output=base_out, view_chain=chain))
             continue
         if id(root) not in base_of_root:
