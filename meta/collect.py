@@ -432,6 +432,7 @@ def collect_meta(
             continue
         holder = out._base  # (the tensor eager's view is of, a tensor set_() onto an input's memory maybe)
         holder_step = set_onto_steps.get(id(holder)) if holder is not None else None
+        kept_history_on_input = False  # (a holder with its own history, set_() onto an input's memory)
         if holder is not None and holder_step is None and id(holder) not in input_position and holder._base is None:
             # (One returned later or not at all, taken as the branch above takes it; moved, in the view's chain.)
             on_input = storage_key(holder) in input_storage and any(step.op in SET_TWINS for step in chain)
@@ -444,6 +445,7 @@ def collect_meta(
             if on_input and not viewed_before and (not holder.requires_grad or _history_of_set(holder)):
                 base_dtype = flat_args[input_storage[storage_key(holder)]].dtype
                 holder_step = _set_onto_step(holder, base_dtype, set_onto_key(holder))
+            kept_history_on_input = on_input and not viewed_before and holder_step is None
         views_after = None
         if holder is not None and holder_step is not None:
             views_after = _views_of_moved(recorder, out, holder, fake_mode)
@@ -454,6 +456,20 @@ def collect_meta(
             base = input_storage[storage_key(holder)]
             views_after = (holder_step, *views_after)
             output_info.append(info(OutputType.ALIAS_OF_INPUT, base_input=base, view_chain=views_after))
+            continue
+        if holder is not None and kept_history_on_input and (kept := _views_of_moved(recorder, out, holder, fake_mode)):
+            # A view of a tensor with its own history (set_() under no_grad kept it) set_() onto an input's memory:
+            # eager's _base is that tensor, no input (nor the input's base). Where it is returned too, the view is
+            # of that output (which the epilogue puts on the memory); else of a new tensor set_() onto the memory
+            # as it is (under no_grad), the view carrying the graph's history of it (a Function's view, so to say).
+            if id(holder) in first_position:
+                of_output = (first_position[id(holder)], kept)
+                output_info.append(info(OutputType.NON_ALIAS, hidden_view=True, view_of_output=of_output))
+                continue
+            base = input_storage[storage_key(holder)]
+            set_step = _set_onto_step(holder, flat_args[base].dtype, set_onto_key(holder))
+            alias = ComputedAlias(base, (dataclasses.replace(set_step, grad_enabled=False), *kept))
+            output_info.append(info(OutputType.NON_ALIAS, computed_alias=alias))
             continue
         by_function = recorder.made_by_custom_function(out, len(chain))
         untracked = id(root) in made_to_require_grad
@@ -514,6 +530,11 @@ def collect_meta(
         chain = _from_final_geometry(chain, root, root_geometry)
         if id(root) in first_position:
             base_out = first_position[id(root)]
+            if chain[0].in_place and out._base is root and (views := _views_of_moved(recorder, out, root, fake_mode)):
+                # The returned tensor was moved in place (set_()) before the view was taken: the output is that
+                # tensor as it ends, so the view is taken from it as it is, without moving it again (a replay
+                # of the move would move an alias of it, which eager's _base is not).
+                chain = views
             output_info.append(info(OutputType.ALIAS_OF_INTERMEDIATE, base_output=base_out, view_chain=chain))
             continue
         if id(root) not in base_of_root:
