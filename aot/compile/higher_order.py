@@ -235,6 +235,12 @@ def _recomputed(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: 
     return _Recomputation(saved, fed, needed, reapplied)
 
 
+def _custom_output(node: fx.Node) -> bool:
+    """Whether ``node`` is an autograd.Function's output with history, its random draws aside (refused apart)."""
+    found = node.meta.get(FUNCTION_OUTPUT)
+    return found is not None and not node.meta.get(NO_HISTORY) and not found[0].draws
+
+
 def held_primals(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: int) -> list[int]:
     """The primal positions the forward's saved values are computed from."""
     needed = _recomputed(forward, backward, num_outputs).needed
@@ -268,6 +274,18 @@ def plan_higher_order(forward: fx.GraphModule, backward: fx.GraphModule, num_out
     recomputation = _recomputed(forward, backward, num_outputs)
     saved, fed, needed = recomputation.saved, recomputation.fed, recomputation.needed
     held = [i for i, node in enumerate(primals) if node in needed]
+    # An autograd.Function's output recomputed by its forward's ops, not applied again (its arguments not found
+    # one node each): those ops would be differentiated where eager differentiates the Function's backward, a
+    # silent wrong derivative wherever the two differ.
+    unapplied = next(
+        (n for n in forward.graph.nodes if n in needed and _custom_output(n) and n not in recomputation.reapplied), None
+    )
+    if unapplied is not None:
+        raise DoubleBackwardError(
+            f"double backward through an aotfx-compiled function: {unapplied.meta[FUNCTION_OUTPUT][0].cls.__name__}"
+            f"'s output {unapplied.name} (an autograd.Function) is recomputed, and its arguments cannot be found"
+            " to apply it again: eager's derivative goes through its backward. Differentiate once."
+        )
     draw = next((node for node in forward.graph.nodes if node in needed and _draws(node)), None)
     if draw is not None:
         raise DoubleBackwardError(
