@@ -299,3 +299,94 @@ AFTER_BASE_KNOWN_WRONG: dict[tuple[str, str], str] = {
 def test_restrided_after_base_changed_class(name, mode):
     fn, make_args = AFTER_BASE_PROGRAMS[name]
     check_in_mode(fn, make_args, mode)
+
+
+# Seed 31 programs 791 and 742 (shrunk): a view input requiring grad, read by ``as_strided`` at an absolute offset
+# outside its own elements, then changed in place in grad mode (``transpose_``), never written. The change bumps
+# the counter the read shares, so eager takes the read's history again from the base by strides: its gradient
+# reaches the base's elements past the input. On the recorded-first route the layers below got a no-view alias of
+# the input, whose gradient stops at the input's own elements (``wrong: grad of autograd leaf``).
+def _read_outside_then_changed(change, size=(2,), stride=(2,), offset=10):
+    def fn(a0):
+        v2 = a0.as_strided(size, stride, offset)
+        change(a0)
+        return (sum(t.real.sum() for t in (a0, v2)),)
+
+    return fn
+
+
+def _outside_view_of_product():
+    l0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return ((l0 * 1)[1:7].view(2, 3),)
+
+
+def _outside_view_of_leaf():
+    l0 = torch.randn(24, generator=_gen()).requires_grad_()
+    return (l0[1:7].view(2, 3),)
+
+
+OUTSIDE_INPUTS = {
+    "view_of_product": _outside_view_of_product,
+    "view_of_leaf": _outside_view_of_leaf,
+}
+OUTSIDE_FUNCTIONS = {
+    "fuzzed": _read_outside_then_changed(lambda a: a.transpose_(0, -1)),
+    "t": _read_outside_then_changed(lambda a: a.t_()),
+    "unsqueezed": _read_outside_then_changed(lambda a: a.unsqueeze_(0)),
+    "below": _read_outside_then_changed(lambda a: a.transpose_(0, 1), (2,), (1,), 0),
+    "within": _read_outside_then_changed(lambda a: a.transpose_(0, 1), (2,), (2,), 2),
+    "past_2d": _read_outside_then_changed(lambda a: a.unsqueeze_(1), (2, 2), (3, 1), 8),
+    "twice": _read_outside_then_changed(lambda a: (a.t_(), a.unsqueeze_(0))),
+}
+OUTSIDE_PROGRAMS = {
+    f"{fn}-{arg}": (OUTSIDE_FUNCTIONS[fn], OUTSIDE_INPUTS[arg]) for fn in OUTSIDE_FUNCTIONS for arg in OUTSIDE_INPUTS
+}
+OUTSIDE_KNOWN_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(OUTSIDE_PROGRAMS, OUTSIDE_KNOWN_WRONG))
+def test_read_outside_then_changed_class(name, mode):
+    fn, make_args = OUTSIDE_PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
+
+
+# Seed 31 program 791 as the fuzzer wrote it: the input read past its elements is not the one changed; a sibling
+# view of the same storage is, under no_grad (its counter, shared, moves). In grad mode it passes.
+def _sibling_inputs():
+    l0 = torch.randn(24, generator=_gen()).requires_grad_()
+    s0 = l0 * 1
+    return (s0[6:9].expand(2, 3), s0[1:7].view(2, 3))
+
+
+def _sibling_changed_under_no_grad(a0, a1):
+    v2 = a0.as_strided((2,), (2,), 10)
+    with torch.no_grad():
+        a1.transpose_(0, -1)
+    return (sum(t.real.sum() for t in (a0, a1, v2)),)
+
+
+def _sibling_changed(a0, a1):
+    v2 = a0.as_strided((2,), (2,), 10)
+    a1.transpose_(0, -1)
+    return (sum(t.real.sum() for t in (a0, a1, v2)),)
+
+
+SIBLING_PROGRAMS = {
+    "under_no_grad": (_sibling_changed_under_no_grad, _sibling_inputs),
+    "grad_mode": (_sibling_changed, _sibling_inputs),
+}
+SIBLING_KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("under_no_grad", "training"): (
+        "a1's transpose_ under no_grad moves the counter a0 shares, so eager takes v2's history (as_strided at "
+        "offset 10, past a0's elements) again from the base by strides, reaching elements 10 and 12 of the "
+        "product; compiled they get none. a1 takes the restrided-first route (metadata_mutation._restrided_first): "
+        "when compiling, its old-geometry view from outside has another root than a0's, so the synthetic base's "
+        "source (synthetic_base._source) is a0 itself, not the common base, and v2 is traced on a0's elements"
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), mode_params(SIBLING_PROGRAMS, SIBLING_KNOWN_WRONG))
+def test_read_outside_sibling_changed_class(name, mode):
+    fn, make_args = SIBLING_PROGRAMS[name]
+    check_in_mode(fn, make_args, mode)
