@@ -136,10 +136,10 @@ def split_at_written_inputs(
     """Cut the forward of ``joint`` (the joint graph of ``meta``: its first outputs the forward's, its first
     placeholders the primals) at the final values of the inputs whose write-back autograd records: a node's stage
     is the number of such cuts on its longest path from the inputs. None where no output reads such a value
-    (nothing to split), or where the cut is not clean: a random op (two graphs would not draw as one), an op
-    without derivative, a value eager made without history from one with, a value that may share memory with an
-    input or another value (stages compiled apart would return views), a read of a written input as it was before
-    the write after the stage writing it."""
+    (nothing to split), or where the cut is not clean: an input requiring grad written unseen by autograd, a random
+    op (two graphs would not draw as one), an op without derivative, a value eager made without history from one
+    with, a value that may share memory with an input or another value (stages compiled apart would return views),
+    a read of a written input as it was before the write after the stage writing it."""
     positions = _cut_positions(meta)
     if not positions:
         return None
@@ -151,6 +151,15 @@ def split_at_written_inputs(
             return None
         cuts[value] = int(arg)
     if not all(isinstance(value, fx.Node) and not value.meta.get(NO_HISTORY) for value in values):
+        return None
+    # An input requiring grad written where autograd does not see it (under ``no_grad``, through ``detach()``):
+    # eager's new value keeps the input's history, the gradient passing to it unchanged. The functional graph
+    # computes that value from the input without that derivative (``fill``: none), and a stage differentiated
+    # apart would send no gradient to the input; the one graph was traced with eager's history.
+    if any(
+        info.new_value_of is not None and info.written_back is None and meta.input_info[info.new_value_of].requires_grad
+        for info in meta.output_info
+    ):
         return None
     graph = joint.graph
     forward = ancestors(values)
