@@ -890,6 +890,7 @@ def _input_info(
         and any(w.grad_enabled for w in data_writes)
         and real.requires_grad
         and all(w.hidden_from_autograd or not w.grad_enabled or not _same_history(w.tensor, fake) for w in data_writes),
+        some_mutation_unrecorded=any(w.hidden_from_autograd or not w.grad_enabled for w in data_writes),
         written_through=bool(data_writes) and through,
         # Not when requires_grad_() made it require grad: a leaf then, its new value has no history.
         # Nor when only a recorded set_() onto a source requiring grad made it require grad, after every write

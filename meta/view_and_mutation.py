@@ -305,6 +305,8 @@ class InputAliasInfo:
     mutations_under_no_grad: bool = False
     # The mutation went through an alias autograd does not track (.data, detach()).
     mutations_hidden_from_autograd: bool = False
+    # Some data write (not necessarily every one) ran unseen by autograd: under no_grad or through .data/detach().
+    some_mutation_unrecorded: bool = False
     # A write went through this input or a view of it (not only through another input overlapping it).
     written_through: bool = False
     # After a data mutation: whether eager leaves the input requiring grad (``buf.copy_(w * 2)`` does).

@@ -161,6 +161,12 @@ def split_at_written_inputs(
         for info in meta.output_info
     ):
         return None
+    # The same for a cut input some of whose writes autograd did not see before a recorded one: the stage would
+    # differentiate the unseen write's functional op (``fill``: no derivative) where eager's history passes it.
+    if any(
+        meta.input_info[arg].requires_grad and meta.input_info[arg].some_mutation_unrecorded for arg in cuts.values()
+    ):
+        return None
     graph = joint.graph
     forward = ancestors(values)
     nodes = [node for node in graph.nodes if node in forward]
