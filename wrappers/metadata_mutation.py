@@ -58,7 +58,7 @@ from meta.eager_state import geometry_of
 from meta.errors import UnsupportedMutationError
 from meta.fresh_views import KEEPS_OWN_HISTORY, STANDS_FOR_LEAF, STANDS_FOR_NO_VIEW
 from meta.indices import DedupedArg, RestridedArg, RestridedOut, UserOut
-from meta.storage import offset_of, storage_extent, storage_key, view_root, whole_storage, whole_storage_in
+from meta.storage import offset_of, storage_key, view_root, whole_storage, whole_storage_in
 from meta.storage_set import base_as_strided_onto, history_taken_again
 from meta.symbolic import resolve_sizes, span_end
 from meta.versions import Counters, counter_groups, set_versions, uncounted
@@ -194,10 +194,6 @@ class MetadataMutation:
             # stays on the restride after the call: its views taken before, taken again from its base by strides,
             # gave the leaf another gradient than eager's there (test_fuzz_leaf's view-of-view-input programs).
             and (i in no_views or not _elements_reached_change(meta.input_info[i], outer.args[i]))
-            # A view input read past its own elements (``as_strided`` at an absolute offset) stays on the restride
-            # after the call too: eager's views of it, taken again from its base by strides after the change
-            # bumped its counter, reach the base there; the no-view alias passed below stops at the input's own.
-            and (i in no_views or not _reaches_outside(meta.input_info[i], outer.args[i]))
         )
         self._recorded_first = recorded_first
         # Of those, leaves that are views (``requires_grad_()`` on ``s.t()``): eager's views of them are views of
@@ -801,12 +797,6 @@ def _elements_reached_change(info: InputAliasInfo, arg: torch.Tensor) -> bool:
     first = span(tuple(arg.shape), tuple(arg.stride()), 0)
     steps = info.metadata_steps or ((info.final_metadata,) if info.final_metadata is not None else ())
     return any(span(*step[:3]) != first for step in steps)
-
-
-def _reaches_outside(info: InputAliasInfo, arg: torch.Tensor) -> bool:
-    """Whether the function reads ``arg``'s storage at absolute offsets outside its own elements."""
-    end = storage_extent(arg)[1]
-    return info.offset_sensitive and (info.storage_reach > end * arg.element_size() or info.reaches_below)
 
 
 def _views_replayable_at_the_end(
