@@ -196,7 +196,7 @@ def _recomputed(forward: fx.GraphModule, backward: fx.GraphModule, num_outputs: 
         (an argument of the backward, for a node of the backward, is copied before it there)."""
         # (Read without history in eager, a Function's output under no_grad: its ops give the same value.)
         # (A Function drawing random numbers would draw others: recomputed by its ops, refused below.)
-        if FUNCTION_OUTPUT not in node.meta or node.meta.get(NO_HISTORY) or node.meta[FUNCTION_OUTPUT][0].draws:
+        if not _custom_output(node):
             return None
         arguments = _function_arguments(node.meta[FUNCTION_OUTPUT][0], found_forward, found_backward)
         if arguments is None:
